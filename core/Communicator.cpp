@@ -1,0 +1,338 @@
+#include "core/Communicator.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/Error.h"
+#include "core/Log.h"
+
+namespace sluice {
+namespace {
+
+// Note [p2p header]
+// Every p2p message is two MPI messages on the same (peer, tag): a fixed-size
+// int64 header {magic, dtype, requiresGrad, ndim, dims...} on tag 2t and the
+// raw bytes on tag 2t+1. MPI does not overtake messages with equal
+// (source, tag, communicator), so the header always describes the data.
+constexpr int64_t kMagic = 0x5e1ce;
+constexpr int kMaxDims = 12;
+constexpr int kHeaderLen = 4 + kMaxDims;
+
+void mpiCheck(int rc, const char* op, int rank) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw CommError(std::string("MPI ") + op + " failed on rank " + std::to_string(rank) + ": " +
+                  std::string(text, len));
+}
+
+MPI_Datatype mpiType(c10::ScalarType dtype, const char* op) {
+  switch (dtype) {
+    case c10::kFloat: return MPI_FLOAT;
+    case c10::kDouble: return MPI_DOUBLE;
+    case c10::kInt: return MPI_INT32_T;
+    case c10::kLong: return MPI_INT64_T;
+    default:
+      throw CommError(std::string(op) + ": dtype " + c10::toString(dtype) +
+                      " is not supported for reductions (use float, double, int32 or int64)");
+  }
+}
+
+MPI_Op mpiOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Average: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void checkTensor(const torch::Tensor& t, const char* op) {
+  SLUICE_CHECK(t.defined(), CommError, op << ": tensor is undefined");
+  SLUICE_CHECK(t.device().is_cpu(), CommError, op << ": expected a CPU tensor, got " << t.device());
+  SLUICE_CHECK(t.is_contiguous(), CommError, op << ": tensor must be contiguous");
+  SLUICE_CHECK(t.nbytes() <= static_cast<size_t>(INT32_MAX), CommError,
+               op << ": tensor of " << t.nbytes() << " bytes exceeds the 2 GiB per-message limit");
+}
+
+std::string describeHeader(const int64_t* h) {
+  std::ostringstream os;
+  os << c10::toString(static_cast<c10::ScalarType>(h[1])) << "[";
+  for (int64_t i = 0; i < h[3]; ++i) os << (i ? "," : "") << h[4 + i];
+  os << "]";
+  return os.str();
+}
+
+std::shared_ptr<int64_t> makeHeader(const torch::Tensor& t, bool requiresGrad) {
+  SLUICE_CHECK(t.dim() <= kMaxDims, CommError, "send: tensors above " << kMaxDims << " dims are not supported");
+  std::shared_ptr<int64_t> h(new int64_t[kHeaderLen](), std::default_delete<int64_t[]>());
+  h.get()[0] = kMagic;
+  h.get()[1] = static_cast<int64_t>(t.scalar_type());
+  h.get()[2] = requiresGrad ? 1 : 0;
+  h.get()[3] = t.dim();
+  for (int64_t i = 0; i < t.dim(); ++i) h.get()[4 + i] = t.size(i);
+  return h;
+}
+
+void finishReduce(torch::Tensor& t, ReduceOp op, int size) {
+  if (op == ReduceOp::Average) {
+    if (c10::isFloatingType(t.scalar_type())) {
+      t.div_(size);
+    } else {
+      t.div_(size, "trunc");
+    }
+  }
+}
+
+}  // namespace
+
+std::string TensorSpec::describe() const {
+  std::ostringstream os;
+  os << c10::toString(dtype) << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? "," : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+// ---------------- Work ----------------
+
+Work::Work(std::vector<MPI_Request> requests, std::vector<torch::Tensor> keepAlive,
+           std::function<void()> onComplete, std::string what)
+    : requests_(std::move(requests)), keepAlive_(std::move(keepAlive)),
+      onComplete_(std::move(onComplete)), what_(std::move(what)) {}
+
+Work::Work(Work&& other) noexcept { *this = std::move(other); }
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    if (pending()) {
+      try { wait(); } catch (...) {}
+    }
+    requests_ = std::move(other.requests_);
+    keepAlive_ = std::move(other.keepAlive_);
+    onComplete_ = std::move(other.onComplete_);
+    what_ = std::move(other.what_);
+    other.requests_.clear();
+  }
+  return *this;
+}
+
+Work::~Work() {
+  if (pending()) {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error(std::string("pending ") + what_ + " failed in destructor: " + e.what());
+    }
+  }
+}
+
+void Work::wait() {
+  if (requests_.empty()) return;
+  int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+  requests_.clear();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mpiCheck(rc, what_.c_str(), rank);
+  auto done = std::move(onComplete_);
+  onComplete_ = nullptr;
+  keepAlive_.clear();
+  if (done) done();
+}
+
+Received RecvWork::wait() {
+  SLUICE_CHECK(result_ != nullptr, CommError, "RecvWork::wait on an empty handle");
+  work_.wait();
+  Received r = *result_;
+  result_.reset();
+  return r;
+}
+
+// ---------------- Communicator ----------------
+
+void Communicator::initialize(int* argc, char*** argv) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (already) return;
+  int provided = 0;
+  mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    log::warn("MPI provides thread level " + std::to_string(provided) +
+              " (< MPI_THREAD_SERIALIZED); communication from autograd threads is unsafe");
+  }
+}
+
+void Communicator::finalize() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
+}
+
+bool Communicator::initialized() {
+  int init = 0;
+  MPI_Initialized(&init);
+  return init != 0;
+}
+
+bool Communicator::launchedByMpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+Communicator Communicator::world() {
+  SLUICE_CHECK(initialized(), CommError, "Communicator::world() called before Communicator::initialize()");
+  return Communicator(std::shared_ptr<MPI_Comm>(new MPI_Comm(MPI_COMM_WORLD)));
+}
+
+Communicator Communicator::self() {
+  SLUICE_CHECK(initialized(), CommError, "Communicator::self() called before Communicator::initialize()");
+  return Communicator(std::shared_ptr<MPI_Comm>(new MPI_Comm(MPI_COMM_SELF)));
+}
+
+void Communicator::abortAll(int code) {
+  if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+Communicator::Communicator(std::shared_ptr<MPI_Comm> comm) : comm_(std::move(comm)) {
+  mpiCheck(MPI_Comm_rank(*comm_, &rank_), "MPI_Comm_rank", -1);
+  mpiCheck(MPI_Comm_size(*comm_, &size_), "MPI_Comm_size", rank_);
+}
+
+Communicator Communicator::split(int color, int key) const {
+  MPI_Comm* out = new MPI_Comm(MPI_COMM_NULL);
+  int rc = MPI_Comm_split(handle(), color, key < 0 ? rank_ : key, out);
+  if (rc != MPI_SUCCESS) delete out;
+  mpiCheck(rc, "MPI_Comm_split", rank_);
+  // Freed when the last copy goes (only while MPI is still up).
+  std::shared_ptr<MPI_Comm> owned(out, [](MPI_Comm* c) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin && *c != MPI_COMM_NULL) MPI_Comm_free(c);
+    delete c;
+  });
+  return Communicator(owned);
+}
+
+void Communicator::send(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad) const {
+  isend(tensor, dst, tag, requiresGrad).wait();
+}
+
+Work Communicator::isend(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad) const {
+  checkTensor(tensor, "send");
+  SLUICE_CHECK(tag >= 0 && tag <= kMaxTag, CommError, "send: tag " << tag << " outside [0, " << kMaxTag << "]");
+  auto header = makeHeader(tensor, requiresGrad);
+  std::vector<MPI_Request> reqs(2);
+  mpiCheck(MPI_Isend(header.get(), kHeaderLen, MPI_INT64_T, dst, 2 * tag, handle(), &reqs[0]), "MPI_Isend(header)", rank_);
+  mpiCheck(MPI_Isend(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, 2 * tag + 1, handle(), &reqs[1]),
+           "MPI_Isend", rank_);
+  return Work(std::move(reqs), {tensor}, [header] {}, "send to rank " + std::to_string(dst));
+}
+
+Received Communicator::recv(const TensorSpec& expected, int src, int tag) const {
+  return irecv(expected, src, tag).wait();
+}
+
+RecvWork Communicator::irecv(const TensorSpec& expected, int src, int tag) const {
+  SLUICE_CHECK(tag >= 0 && tag <= kMaxTag, CommError, "recv: tag " << tag << " outside [0, " << kMaxTag << "]");
+  auto result = std::make_shared<Received>();
+  result->tensor = torch::empty(expected.shape, torch::TensorOptions().dtype(expected.dtype));
+  std::shared_ptr<int64_t> header(new int64_t[kHeaderLen](), std::default_delete<int64_t[]>());
+  std::vector<MPI_Request> reqs(2);
+  mpiCheck(MPI_Irecv(header.get(), kHeaderLen, MPI_INT64_T, src, 2 * tag, handle(), &reqs[0]), "MPI_Irecv(header)", rank_);
+  mpiCheck(MPI_Irecv(result->tensor.data_ptr(), static_cast<int>(result->tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1,
+                     handle(), &reqs[1]),
+           "MPI_Irecv", rank_);
+  int myRank = rank_;
+  std::string want = expected.describe();
+  auto check = [header, result, expected, src, tag, myRank, want] {
+    const int64_t* h = header.get();
+    bool same = h[0] == kMagic && h[1] == static_cast<int64_t>(expected.dtype) &&
+                h[3] == static_cast<int64_t>(expected.shape.size());
+    for (size_t i = 0; same && i < expected.shape.size(); ++i) same = h[4 + i] == expected.shape[i];
+    SLUICE_CHECK(same, CommError,
+                 "rank " << myRank << " received from rank " << src << " (tag " << tag << ") a tensor "
+                         << (h[0] == kMagic ? describeHeader(h) : std::string("with a corrupt header"))
+                         << " but expected " << want);
+    result->requiresGrad = h[2] != 0;
+  };
+  Work work(std::move(reqs), {result->tensor}, check, "recv from rank " + std::to_string(src));
+  return RecvWork(std::move(work), result);
+}
+
+Received Communicator::recvAny(int src, int tag) const {
+  int64_t h[kHeaderLen];
+  mpiCheck(MPI_Recv(h, kHeaderLen, MPI_INT64_T, src, 2 * tag, handle(), MPI_STATUS_IGNORE), "MPI_Recv(header)", rank_);
+  SLUICE_CHECK(h[0] == kMagic, CommError, "rank " << rank_ << " received a corrupt header from rank " << src);
+  std::vector<int64_t> shape(h + 4, h + 4 + h[3]);
+  Received r;
+  r.tensor = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[1])));
+  r.requiresGrad = h[2] != 0;
+  mpiCheck(MPI_Recv(r.tensor.data_ptr(), static_cast<int>(r.tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1, handle(),
+                    MPI_STATUS_IGNORE),
+           "MPI_Recv", rank_);
+  return r;
+}
+
+void Communicator::allReduce(torch::Tensor& tensor, ReduceOp op) const { iallReduce(tensor, op).wait(); }
+
+Work Communicator::iallReduce(torch::Tensor& tensor, ReduceOp op) const {
+  checkTensor(tensor, "allReduce");
+  MPI_Request req;
+  mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+                          mpiType(tensor.scalar_type(), "allReduce"), mpiOp(op), handle(), &req),
+           "MPI_Iallreduce", rank_);
+  torch::Tensor t = tensor;
+  int n = size_;
+  return Work({req}, {tensor}, [t, op, n]() mutable { finishReduce(t, op, n); }, "allReduce");
+}
+
+void Communicator::reduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) const {
+  ireduceScatter(input, output, op).wait();
+}
+
+Work Communicator::ireduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) const {
+  checkTensor(input, "reduceScatter");
+  checkTensor(output, "reduceScatter");
+  SLUICE_CHECK(input.numel() == output.numel() * size_, CommError,
+               "reduceScatter: input has " << input.numel() << " elements but output has " << output.numel()
+                                           << " x " << size_ << " ranks = " << output.numel() * size_);
+  SLUICE_CHECK(input.scalar_type() == output.scalar_type(), CommError, "reduceScatter: input and output dtypes differ");
+  MPI_Request req;
+  mpiCheck(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(output.numel()),
+                                     mpiType(input.scalar_type(), "reduceScatter"), mpiOp(op), handle(), &req),
+           "MPI_Ireduce_scatter_block", rank_);
+  torch::Tensor out = output;
+  int n = size_;
+  return Work({req}, {input, output}, [out, op, n]() mutable { finishReduce(out, op, n); }, "reduceScatter");
+}
+
+void Communicator::allGather(const torch::Tensor& input, torch::Tensor& output) const {
+  iallGather(input, output).wait();
+}
+
+Work Communicator::iallGather(const torch::Tensor& input, torch::Tensor& output) const {
+  checkTensor(input, "allGather");
+  checkTensor(output, "allGather");
+  SLUICE_CHECK(output.numel() == input.numel() * size_, CommError,
+               "allGather: output has " << output.numel() << " elements but input has " << input.numel() << " x "
+                                        << size_ << " ranks = " << input.numel() * size_);
+  SLUICE_CHECK(input.scalar_type() == output.scalar_type(), CommError, "allGather: input and output dtypes differ");
+  MPI_Request req;
+  mpiCheck(MPI_Iallgather(input.data_ptr(), static_cast<int>(input.nbytes()), MPI_BYTE, output.data_ptr(),
+                          static_cast<int>(input.nbytes()), MPI_BYTE, handle(), &req),
+           "MPI_Iallgather", rank_);
+  return Work({req}, {input, output}, nullptr, "allGather");
+}
+
+void Communicator::broadcast(torch::Tensor& tensor, int root) const {
+  checkTensor(tensor, "broadcast");
+  mpiCheck(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, handle()), "MPI_Bcast", rank_);
+}
+
+void Communicator::barrier() const { mpiCheck(MPI_Barrier(handle()), "MPI_Barrier", rank_); }
+
+}  // namespace sluice

@@ -1,0 +1,127 @@
+#include "core/GraphSplit.h"
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/Error.h"
+
+namespace sluice {
+namespace {
+
+using torch::jit::Value;
+
+std::string nearbyCuts(const OpGraph& g, int cut) {
+  std::ostringstream os;
+  int shown = 0;
+  for (int c : g.validCuts()) {
+    if (std::abs(c - cut) <= 8 && shown < 8) {
+      os << (shown ? ", " : "") << c;
+      ++shown;
+    }
+  }
+  return shown ? os.str() : std::string("none nearby");
+}
+
+StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName, int index, int begin,
+                      int end) {
+  StageGraph st;
+  st.index = index;
+  st.firstNode = begin;
+  st.endNode = end;
+  st.graph = std::make_shared<torch::jit::Graph>();
+  auto& out = *st.graph;
+  std::unordered_map<Value*, Value*> env;
+
+  auto addInput = [&](Value* orig) {
+    Value* v = out.addInput();
+    v->setType(orig->type());
+    if (orig->hasDebugName()) v->setDebugName(orig->debugName());
+    env[orig] = v;
+  };
+
+  if (begin == 0) {
+    for (auto& in : g.inputs()) {
+      if (in.kind == InputKind::Data) st.boundaryInputs.push_back(in.value);
+    }
+  } else {
+    st.boundaryInputs = g.liveAcross(begin);
+  }
+  for (auto& b : st.boundaryInputs) addInput(byName.at(b.name));
+
+  std::set<int> paramIdx;
+  for (int n = begin; n < end; ++n) {
+    for (auto& name : g.nodes()[n].inputs) {
+      int idx = g.inputIndexOfValue(name);
+      if (idx >= 0 && g.inputs()[idx].kind != InputKind::Data) paramIdx.insert(idx);
+    }
+  }
+  for (int idx : paramIdx) {
+    st.paramInputs.push_back(g.inputs()[idx].name);
+    addInput(g.graph()->inputs()[idx]);
+  }
+
+  std::function<Value*(Value*)> lookup = [&](Value* v) -> Value* {
+    auto it = env.find(v);
+    if (it != env.end()) return it->second;
+    auto* producer = v->node();
+    SLUICE_CHECK(producer->kind() != c10::prim::Param && g.isConstantLike(producer), GraphError,
+                 "stage " << index << " reads %" << v->debugName()
+                          << " which is neither one of its inputs nor a constant (internal split error)");
+    auto* clone = out.createClone(producer, lookup);
+    out.appendNode(clone);
+    for (size_t i = 0; i < producer->outputs().size(); ++i) env[producer->output(i)] = clone->output(i);
+    return env.at(v);
+  };
+
+  for (int n = begin; n < end; ++n) {
+    auto* orig = g.nodes()[n].irNode;
+    auto* clone = out.createClone(orig, lookup);
+    out.appendNode(clone);
+    for (size_t i = 0; i < orig->outputs().size(); ++i) env[orig->output(i)] = clone->output(i);
+  }
+
+  if (end == g.numNodes()) {
+    for (auto& name : g.outputNames()) st.outputs.push_back(g.value(name));
+  } else {
+    st.outputs = g.liveAcross(end);
+  }
+  // GraphFunction requires a single output: stages return one tuple (see StageModule).
+  std::vector<Value*> results;
+  for (auto& o : st.outputs) results.push_back(lookup(byName.at(o.name)));
+  out.registerOutput(out.insertNode(out.createTuple(results))->output());
+  return st;
+}
+
+}  // namespace
+
+std::vector<StageGraph> splitGraph(const OpGraph& g, const std::vector<int>& cuts) {
+  int prev = 0;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    SLUICE_CHECK(cuts[i] > prev && cuts[i] < g.numNodes(), GraphError,
+                 "cut " << i << " at node " << cuts[i] << " must be in (" << prev << ", " << g.numNodes()
+                        << ") so that every stage has at least one node");
+    SLUICE_CHECK(g.isValidCut(cuts[i]), GraphError,
+                 "cut at node " << cuts[i] << " would send a non-tensor value to the next stage; valid cuts near it: "
+                                << nearbyCuts(g, cuts[i]));
+    prev = cuts[i];
+  }
+  std::unordered_map<std::string, Value*> byName;
+  for (auto* v : g.graph()->inputs()) byName[v->debugName()] = v;
+  for (auto* n : g.graph()->nodes()) {
+    for (auto* o : n->outputs()) byName[o->debugName()] = o;
+  }
+  std::vector<StageGraph> stages;
+  int begin = 0;
+  for (size_t s = 0; s <= cuts.size(); ++s) {
+    int end = s < cuts.size() ? cuts[s] : g.numNodes();
+    stages.push_back(buildStage(g, byName, static_cast<int>(s), begin, end));
+    begin = end;
+  }
+  return stages;
+}
+
+}  // namespace sluice

@@ -1,0 +1,39 @@
+// Splitting an OpGraph into contiguous pipeline stages.
+//
+// Stage s runs nodes [cuts[s-1], cuts[s]) (with cuts[-1] = 0 and
+// cuts[S-1] = numNodes). Its graph inputs are, in order:
+//   1. boundary inputs: stage 0 gets the model's data inputs; stage s > 0
+//      gets liveAcross(cuts[s-1]) from stage s-1, i.e. *every* value a later
+//      node reads (residual streams, masks, position ids, ...), not only the
+//      "current" activation;
+//   2. the parameters and buffers its nodes read, in capture order.
+// Its outputs are liveAcross(its end cut), or the model outputs for the last
+// stage, packed in one tuple (GraphFunction needs one output; StageModule
+// unpacks it). A value live across several cuts is passed through the stages in
+// between (an output that is the stage's own input). Constant-like nodes are
+// cloned into every stage that reads them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/OpGraph.h"
+
+namespace sluice {
+
+struct StageGraph {
+  int index = 0;
+  int firstNode = 0;  // inclusive
+  int endNode = 0;    // exclusive
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::vector<ValueInfo> boundaryInputs;  // graph inputs [0, boundaryInputs.size())
+  std::vector<std::string> paramInputs;   // module paths; the graph inputs that follow
+  std::vector<ValueInfo> outputs;
+};
+
+// Throws GraphError when a cut is out of order, out of range, or invalid
+// (a non-tensor value would cross it); the message lists nearby valid cuts.
+std::vector<StageGraph> splitGraph(const OpGraph& graph, const std::vector<int>& cuts);
+
+}  // namespace sluice

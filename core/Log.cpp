@@ -1,0 +1,54 @@
+#include "core/Log.h"
+
+#include <fstream>
+#include <iostream>
+#include <mutex>
+
+namespace sluice::log {
+namespace {
+std::mutex mutex;
+int rank = -1;
+Level consoleLevel = Level::Info;
+std::ofstream file;
+
+const char* levelName(Level level) {
+  switch (level) {
+    case Level::Debug: return "debug";
+    case Level::Info: return "info";
+    case Level::Warn: return "warning";
+    case Level::Error: return "error";
+  }
+  return "";
+}
+}  // namespace
+
+void setRank(int r) {
+  std::lock_guard<std::mutex> lock(mutex);
+  rank = r;
+}
+
+void openFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mutex);
+  file.close();
+  file.open(path, std::ios::trunc);
+}
+
+void closeFile() {
+  std::lock_guard<std::mutex> lock(mutex);
+  file.close();
+}
+
+void setConsoleLevel(Level level) {
+  std::lock_guard<std::mutex> lock(mutex);
+  consoleLevel = level;
+}
+
+void write(Level level, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::string prefix = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  std::string line = prefix + (level == Level::Info ? "" : std::string(levelName(level)) + ": ") + message;
+  if (level >= consoleLevel) std::cerr << line << std::endl;
+  if (file.is_open()) file << line << std::endl;
+}
+
+}  // namespace sluice::log

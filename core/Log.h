@@ -1,0 +1,22 @@
+// Minimal logging: lines go to stderr (with a rank prefix once set) and, when a
+// log file is open, to the per-rank log file too. Thread-safe.
+#pragma once
+#include <string>
+
+namespace sluice::log {
+
+enum class Level { Debug, Info, Warn, Error };
+
+void setRank(int rank);
+// Opens (truncates) the per-rank log file; lines logged afterwards go there too.
+void openFile(const std::string& path);
+void closeFile();
+void setConsoleLevel(Level level);
+
+void write(Level level, const std::string& message);
+inline void info(const std::string& m) { write(Level::Info, m); }
+inline void warn(const std::string& m) { write(Level::Warn, m); }
+inline void error(const std::string& m) { write(Level::Error, m); }
+inline void debug(const std::string& m) { write(Level::Debug, m); }
+
+}  // namespace sluice::log

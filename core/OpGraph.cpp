@@ -1,0 +1,315 @@
+#include "core/OpGraph.h"
+
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+#include <unordered_set>
+
+#include "core/Error.h"
+#include "sluice_graph.pb.h"
+
+namespace sluice {
+namespace {
+
+ValueInfo infoOf(const torch::jit::Value* v) {
+  ValueInfo info;
+  info.name = v->debugName();
+  if (auto tt = v->type()->cast<c10::TensorType>()) {
+    info.isTensor = true;
+    if (auto sizes = tt->sizes().concrete_sizes()) info.shape = *sizes;
+    if (tt->scalarType()) info.dtype = *tt->scalarType();
+    info.requiresGrad = tt->requiresGrad().value_or(false);
+  }
+  return info;
+}
+
+// IR debug names may not carry dots followed by digits ("h.0" would read as
+// a uniquing suffix), so module paths are mapped to underscores.
+std::string irNameFor(const std::string& path) {
+  std::string s = "in_";
+  for (char c : path) s += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return s;
+}
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string dtypeName(c10::ScalarType t) { return c10::toString(t); }
+
+c10::ScalarType dtypeFromName(const std::string& s) {
+  for (auto t : {c10::kFloat, c10::kDouble, c10::kHalf, c10::kBFloat16, c10::kLong, c10::kInt, c10::kShort,
+                 c10::kChar, c10::kByte, c10::kBool}) {
+    if (s == c10::toString(t)) return t;
+  }
+  throw GraphError("unknown dtype '" + s + "' in serialized graph");
+}
+
+}  // namespace
+
+int64_t ValueInfo::bytes() const {
+  if (!isTensor) return 0;
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
+OpGraph::OpGraph(std::shared_ptr<torch::jit::Graph> graph, std::vector<GraphInput> inputs)
+    : graph_(std::move(graph)), inputs_(std::move(inputs)) {
+  SLUICE_CHECK(graph_->inputs().size() == inputs_.size(), GraphError,
+               "graph has " << graph_->inputs().size() << " inputs but " << inputs_.size() << " names were given");
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    auto* v = graph_->inputs()[i];
+    v->setDebugName(irNameFor(inputs_[i].name));
+    inputs_[i].value = infoOf(v);
+  }
+  buildIndex();
+}
+
+bool OpGraph::isConstantLike(const torch::jit::Node* node) const {
+  if (node->kind() == c10::prim::Constant) return true;
+  for (auto* out : node->outputs()) {
+    if (out->type()->cast<c10::TensorType>()) return false;
+  }
+  if (node->inputs().empty()) return false;
+  for (auto* in : node->inputs()) {
+    if (in->node()->kind() == c10::prim::Param) return false;
+    if (!isConstantLike(in->node())) return false;
+  }
+  return true;
+}
+
+void OpGraph::buildIndex() {
+  nodes_.clear();
+  values_.clear();
+  producer_.clear();
+  lastUse_.clear();
+  liveCandidates_.clear();
+  std::unordered_map<const torch::jit::Value*, int> inputIdx;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    auto* v = graph_->inputs()[i];
+    inputIdx[v] = static_cast<int>(i);
+    values_[v->debugName()] = inputs_[i].value;
+    if (inputs_[i].kind == InputKind::Data) {
+      producer_[v->debugName()] = -1;
+      liveCandidates_.push_back(v->debugName());
+    }
+  }
+  for (auto* node : graph_->nodes()) {
+    for (auto* out : node->outputs()) values_[out->debugName()] = infoOf(out);
+    if (isConstantLike(node)) continue;
+    OpNode op;
+    op.index = static_cast<int>(nodes_.size());
+    op.op = node->kind().toQualString();
+    op.irNode = node;
+    for (auto* in : node->inputs()) {
+      op.inputs.push_back(in->debugName());
+      auto it = inputIdx.find(in);
+      if (it != inputIdx.end() && inputs_[it->second].kind != InputKind::Data) op.params.push_back(inputs_[it->second].name);
+      auto& last = lastUse_[in->debugName()];
+      last = std::max(last, op.index);
+    }
+    for (auto* out : node->outputs()) {
+      op.outputs.push_back(values_[out->debugName()]);
+      producer_[out->debugName()] = op.index;
+      liveCandidates_.push_back(out->debugName());
+    }
+    nodes_.push_back(std::move(op));
+  }
+  outputs_.clear();
+  for (auto* out : graph_->outputs()) {
+    outputs_.push_back(out->debugName());
+    lastUse_[out->debugName()] = numNodes();
+  }
+  std::ostringstream key;
+  key << graph_->toString();
+  for (auto& in : inputs_) {
+    key << in.name << ":" << static_cast<int>(in.kind) << ":";
+    for (auto d : in.value.shape) key << d << ",";
+  }
+  std::ostringstream hex;
+  hex << std::hex << std::setw(16) << std::setfill('0') << fnv1a(key.str());
+  hash_ = hex.str();
+}
+
+std::vector<ValueInfo> OpGraph::liveAcross(int cut) const {
+  std::vector<ValueInfo> live;
+  for (auto& name : liveCandidates_) {
+    auto p = producer_.at(name);
+    auto it = lastUse_.find(name);
+    if (p < cut && it != lastUse_.end() && it->second >= cut) live.push_back(values_.at(name));
+  }
+  return live;
+}
+
+bool OpGraph::isValidCut(int cut) const {
+  if (cut <= 0 || cut >= numNodes()) return false;
+  for (auto& v : liveAcross(cut)) {
+    if (!v.isTensor) return false;
+  }
+  return true;
+}
+
+std::vector<int> OpGraph::validCuts() const {
+  std::vector<int> cuts;
+  for (int k = 1; k < numNodes(); ++k) {
+    if (isValidCut(k)) cuts.push_back(k);
+  }
+  return cuts;
+}
+
+const ValueInfo& OpGraph::value(const std::string& name) const {
+  auto it = values_.find(name);
+  SLUICE_CHECK(it != values_.end(), GraphError, "no value named %" << name << " in the graph");
+  return it->second;
+}
+
+int OpGraph::inputIndexOfValue(const std::string& irName) const {
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (graph_->inputs()[i]->debugName() == irName) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::string OpGraph::toString() const {
+  std::ostringstream os;
+  std::unordered_map<std::string, std::string> inputName;
+  for (size_t i = 0; i < inputs_.size(); ++i) inputName[graph_->inputs()[i]->debugName()] = inputs_[i].name;
+  for (auto& n : nodes_) {
+    os << std::setw(5) << n.index << " " << n.op << "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      auto it = inputName.find(n.inputs[i]);
+      os << (i ? ", " : "") << (it != inputName.end() ? it->second : "%" + n.inputs[i]);
+    }
+    os << ") ->";
+    for (auto& o : n.outputs) {
+      os << " %" << o.name;
+      if (o.isTensor) {
+        os << " " << dtypeName(o.dtype) << "[";
+        for (size_t i = 0; i < o.shape.size(); ++i) os << (i ? "," : "") << o.shape[i];
+        os << "]";
+      }
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string OpGraph::toProtoBytes() const {
+  proto::OpGraph pg;
+  pg.set_ir(graph_->toString());
+  pg.set_hash(hash_);
+  auto fill = [](proto::ValueInfo* out, const ValueInfo& v) {
+    out->set_name(v.name);
+    for (auto d : v.shape) out->add_shape(d);
+    out->set_dtype(v.isTensor ? dtypeName(v.dtype) : "");
+    out->set_is_tensor(v.isTensor);
+  };
+  for (auto& in : inputs_) {
+    auto* gi = pg.add_inputs();
+    gi->set_name(in.name);
+    gi->set_kind(static_cast<proto::GraphInput::Kind>(static_cast<int>(in.kind)));
+    fill(gi->mutable_value(), in.value);
+  }
+  for (auto& n : nodes_) {
+    auto* pn = pg.add_nodes();
+    pn->set_index(n.index);
+    pn->set_op(n.op);
+    for (auto& i : n.inputs) pn->add_inputs(i);
+    for (auto& o : n.outputs) fill(pn->add_outputs(), o);
+    for (auto& p : n.params) pn->add_params(p);
+  }
+  for (auto& o : outputs_) pg.add_outputs(o);
+  return pg.SerializeAsString();
+}
+
+OpGraph OpGraph::fromProtoBytes(const std::string& bytes) {
+  proto::OpGraph pg;
+  SLUICE_CHECK(pg.ParseFromString(bytes), GraphError, "serialized graph is truncated or not an OpGraph");
+  auto graph = std::make_shared<torch::jit::Graph>();
+  try {
+    torch::jit::parseIR(pg.ir(), graph.get());
+  } catch (const std::exception& e) {
+    throw GraphError(std::string("cannot parse the serialized graph IR: ") + e.what());
+  }
+  std::vector<GraphInput> inputs;
+  for (auto& gi : pg.inputs()) {
+    GraphInput in;
+    in.name = gi.name();
+    in.kind = static_cast<InputKind>(static_cast<int>(gi.kind()));
+    if (gi.value().is_tensor()) in.value.dtype = dtypeFromName(gi.value().dtype());
+    inputs.push_back(in);
+  }
+  OpGraph g(graph, inputs);
+  SLUICE_CHECK(g.hash() == pg.hash(), GraphError,
+               "serialized graph hash " << pg.hash() << " does not match its IR (hash " << g.hash() << ")");
+  return g;
+}
+
+void OpGraph::save(const std::string& path) const {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    SLUICE_CHECK(f, GraphError, "cannot write " << tmp);
+    f << toProtoBytes();
+    SLUICE_CHECK(f.good(), GraphError, "writing " << tmp << " failed");
+  }
+  SLUICE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, GraphError, "cannot rename " << tmp << " to " << path);
+}
+
+OpGraph OpGraph::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  SLUICE_CHECK(f, GraphError, "cannot open graph file " << path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return fromProtoBytes(ss.str());
+}
+
+OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs) {
+  std::vector<GraphInput> inputs;
+  torch::jit::Stack stack;
+  for (auto& d : dataInputs) {
+    stack.emplace_back(d.tensor);
+    inputs.push_back({d.name, InputKind::Data, {}});
+  }
+  for (auto& p : module.named_parameters(/*recurse=*/true)) {
+    stack.emplace_back(p.value());
+    inputs.push_back({p.key(), InputKind::Parameter, {}});
+  }
+  for (auto& b : module.named_buffers(/*recurse=*/true)) {
+    stack.emplace_back(b.value());
+    inputs.push_back({b.key(), InputKind::Buffer, {}});
+  }
+  const size_t numData = dataInputs.size();
+  // The tracer maps each input tensor (by identity) to a graph input; the
+  // module's forward reads its own parameter tensors, which are those same
+  // tensors, so every weight read becomes a read of a named graph input.
+  auto traced = [&](torch::jit::Stack in) -> torch::jit::Stack {
+    std::vector<torch::Tensor> data;
+    for (size_t i = 0; i < numData; ++i) data.push_back(in[i].toTensor());
+    return {forward(data)};
+  };
+  std::shared_ptr<torch::jit::Graph> graph;
+  try {
+    auto result = torch::jit::tracer::trace(
+        stack, traced, [](const torch::autograd::Variable&) { return std::string(); }, /*strict=*/true,
+        /*force_outplace=*/false);
+    graph = result.first->graph;
+  } catch (const std::exception& e) {
+    throw GraphError(std::string("tracing the model failed: ") + e.what());
+  }
+  torch::jit::EliminateDeadCode(graph);
+  return OpGraph(graph, inputs);
+}
+
+}  // namespace sluice

@@ -1,0 +1,122 @@
+// core::OpGraph: a model captured as an aten-level op graph.
+//
+// capture() runs LibTorch's tracer over a module's forward with the data
+// inputs, the parameters and the buffers all passed as graph inputs (named by
+// module path, e.g. "h.3.attn.c_proj.weight"), so the graph reads no weights
+// from constants and any contiguous range of nodes can run on another rank
+// with that rank's copy of the parameters.
+//
+// Node index: every IR node except the "constant-like" ones (prim::Constant and
+// nodes whose inputs are all constant-like and whose outputs are not tensors,
+// such as the int lists of view shapes). Constant-like nodes are cloned into
+// whatever stage reads them instead of being sent across a cut.
+//
+// A cut k (1 <= k < numNodes()) puts nodes [0, k) before and [k, n) after it.
+// liveAcross(k) lists the values a later stage needs from earlier ones: data
+// inputs and node outputs produced before k and read at or after k (or
+// returned by the graph). A cut is valid when all of those are tensors.
+//
+// Not thread-safe; capture() holds the tracer (a global) while it runs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torch::jit {
+struct Graph;
+struct Value;
+struct Node;
+}  // namespace torch::jit
+
+namespace sluice {
+
+struct ValueInfo {
+  std::string name;            // IR debug name
+  std::vector<int64_t> shape;  // concrete sizes (tensors only)
+  c10::ScalarType dtype = c10::kFloat;
+  bool isTensor = false;
+  bool requiresGrad = false;
+  int64_t bytes() const;
+};
+
+enum class InputKind { Data, Parameter, Buffer };
+
+struct GraphInput {
+  std::string name;  // module path for parameters/buffers, the given name for data
+  InputKind kind = InputKind::Data;
+  ValueInfo value;
+};
+
+struct OpNode {
+  int index = 0;
+  std::string op;                      // e.g. "aten::linear"
+  std::vector<std::string> inputs;     // IR debug names
+  std::vector<ValueInfo> outputs;
+  std::vector<std::string> params;     // parameters/buffers read directly
+  torch::jit::Node* irNode = nullptr;  // into OpGraph::graph()
+};
+
+class OpGraph {
+ public:
+  OpGraph(std::shared_ptr<torch::jit::Graph> graph, std::vector<GraphInput> inputs);
+
+  const std::shared_ptr<torch::jit::Graph>& graph() const { return graph_; }
+  const std::vector<GraphInput>& inputs() const { return inputs_; }
+  const std::vector<OpNode>& nodes() const { return nodes_; }
+  int numNodes() const { return static_cast<int>(nodes_.size()); }
+  const std::vector<std::string>& outputNames() const { return outputs_; }
+
+  // Stable hash of the IR and the input names/shapes (hex string).
+  const std::string& hash() const { return hash_; }
+
+  // Values needed after cut k that are produced before it (see header comment).
+  std::vector<ValueInfo> liveAcross(int cut) const;
+  bool isValidCut(int cut) const;
+  std::vector<int> validCuts() const;
+
+  // Info for an IR value by debug name (throws GraphError when unknown).
+  const ValueInfo& value(const std::string& name) const;
+  // Index of the graph input with this IR debug name, or -1.
+  int inputIndexOfValue(const std::string& irName) const;
+  bool isConstantLike(const torch::jit::Node* node) const;
+
+  // One line per node: "  12 aten::linear(%x, h.0.attn.c_attn.weight, ...) -> %y Float[4,16,96]".
+  std::string toString() const;
+
+  // Protobuf round trip (binary). fromProto re-parses the IR text.
+  std::string toProtoBytes() const;
+  static OpGraph fromProtoBytes(const std::string& bytes);
+  void save(const std::string& path) const;  // write to temp file, then rename
+  static OpGraph load(const std::string& path);
+
+ private:
+  void buildIndex();
+
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::vector<GraphInput> inputs_;
+  std::vector<OpNode> nodes_;
+  std::vector<std::string> outputs_;
+  std::unordered_map<std::string, ValueInfo> values_;
+  std::unordered_map<std::string, int> producer_;   // value -> node index (-1: data input)
+  std::unordered_map<std::string, int> lastUse_;    // value -> last reading node index (n: graph output)
+  std::vector<std::string> liveCandidates_;          // data inputs then node outputs, in order
+  std::string hash_;
+};
+
+// A data input of the traced function: a name and an example tensor.
+struct NamedTensor {
+  std::string name;
+  torch::Tensor tensor;
+};
+
+using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& dataInputs)>;
+
+// Traces forward(dataInputs) on module; parameters and buffers become named graph inputs.
+OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs);
+
+}  // namespace sluice

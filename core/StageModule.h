@@ -1,0 +1,66 @@
+// core::StageModule: runs one stage's graph.
+//
+// Compiled mode (default): the graph runs as a torch::jit::GraphFunction
+// (TorchScript's optimizing executor), created on the first call for each
+// input signature (shapes, dtypes, devices, requires_grad) and reused after.
+// Eager mode: node by node through the dispatcher (the TorchScript
+// interpreter without graph optimization), for profiling and fine-grained
+// memory hooks. Both build the usual autograd graph, so backward is LibTorch
+// autograd and parameter gradients accumulate into the parameters' .grad.
+//
+// Counters (compiles, cache hits, compile/execute seconds) are cumulative.
+// When the same stage compiles more than kRecompileWarnAfter signatures, a
+// warning names the input whose shape changed (pad or bucket shapes to avoid it).
+// Not thread-safe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torch::jit {
+struct Graph;
+struct GraphFunction;
+}  // namespace torch::jit
+
+namespace sluice {
+
+enum class ExecMode { Compiled, Eager };
+
+struct StageMetrics {
+  int64_t compiles = 0;
+  int64_t cacheHits = 0;
+  double compileSeconds = 0;  // wall time of first calls (includes their execution)
+  double executeSeconds = 0;  // wall time of all other calls
+};
+
+class StageModule {
+ public:
+  static constexpr int kRecompileWarnAfter = 3;
+
+  StageModule(std::shared_ptr<torch::jit::Graph> graph, std::string name, ExecMode mode = ExecMode::Compiled,
+              std::vector<std::string> inputNames = {});
+  ~StageModule();
+  StageModule(StageModule&&) noexcept;
+  StageModule& operator=(StageModule&&) noexcept;
+
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs);
+  const StageMetrics& metrics() const { return metrics_; }
+  const std::string& name() const { return name_; }
+  ExecMode mode() const { return mode_; }
+
+ private:
+  struct Compiled;
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::string name_;
+  ExecMode mode_;
+  std::vector<std::string> inputNames_;
+  std::unordered_map<std::string, std::unique_ptr<Compiled>> cache_;
+  std::vector<std::vector<int64_t>> lastShapes_;
+  StageMetrics metrics_;
+};
+
+}  // namespace sluice
