@@ -1,0 +1,125 @@
+// checkSchedule(): see Schedule.h for the rules it enforces.
+#include <set>
+#include <sstream>
+
+#include "core/Error.h"
+#include "pipeline/Schedule.h"
+
+namespace sluice::pipeline {
+namespace {
+
+std::string where(int stage, size_t pos, const Action& a) {
+  return "stage " + std::to_string(stage) + ", action " + std::to_string(pos) + " (" + toString(a) + ")";
+}
+
+// Per-stage rules: each action exactly once and in a legal order.
+void checkStage(const Schedule& s, int st) {
+  const int p = s.stages, m = s.microBatches;
+  const bool first = st == 0, last = st == p - 1;
+  std::set<std::pair<int, int>> done;  // (kind, mb)
+  auto seen = [&](ActionKind k, int mb) { return done.count({static_cast<int>(k), mb}) > 0; };
+  const auto& actions = s.actions[st];
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    SLUICE_CHECK(a.microBatch >= 0 && a.microBatch < m, ScheduleError,
+                 where(st, i, a) << ": micro-batch outside [0, " << m << ")");
+    SLUICE_CHECK(!seen(a.kind, a.microBatch), ScheduleError, where(st, i, a) << ": repeated");
+    switch (a.kind) {
+      case ActionKind::RecvActivation:
+        SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage receives no activations");
+        break;
+      case ActionKind::Forward:
+        SLUICE_CHECK(first || seen(ActionKind::RecvActivation, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": forward before its activation was received");
+        break;
+      case ActionKind::SendActivation:
+        SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage sends no activations");
+        SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": activation sent before its forward");
+        break;
+      case ActionKind::RecvGrad:
+        SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage receives no gradients");
+        break;
+      case ActionKind::Backward:
+        SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": backward before its forward");
+        SLUICE_CHECK(last || seen(ActionKind::RecvGrad, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": backward before its gradient was received");
+        break;
+      case ActionKind::SendGrad:
+        SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage sends no gradients");
+        SLUICE_CHECK(seen(ActionKind::Backward, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": gradient sent before its backward");
+        break;
+    }
+    done.insert({static_cast<int>(a.kind), a.microBatch});
+  }
+  for (int mb = 0; mb < m; ++mb) {
+    auto need = [&](ActionKind k, bool required) {
+      SLUICE_CHECK(!required || seen(k, mb), ScheduleError,
+                   "stage " << st << " never runs " << toString(Action{k, mb}));
+    };
+    need(ActionKind::Forward, true);
+    need(ActionKind::Backward, true);
+    need(ActionKind::RecvActivation, !first);
+    need(ActionKind::SendGrad, !first);
+    need(ActionKind::SendActivation, !last);
+    need(ActionKind::RecvGrad, !last);
+  }
+}
+
+// Runs all stages: a receive proceeds once the peer executed the matching
+// send; sends never block. No progress with work left means deadlock.
+void checkProgress(const Schedule& s) {
+  const int p = s.stages;
+  std::vector<size_t> pc(p, 0);
+  // sent[st] holds (kind, mb) sends executed by stage st.
+  std::vector<std::set<std::pair<int, int>>> sent(p);
+  auto finished = [&] {
+    for (int st = 0; st < p; ++st) {
+      if (pc[st] < s.actions[st].size()) return false;
+    }
+    return true;
+  };
+  while (!finished()) {
+    bool progress = false;
+    for (int st = 0; st < p; ++st) {
+      while (pc[st] < s.actions[st].size()) {
+        const Action& a = s.actions[st][pc[st]];
+        if (a.kind == ActionKind::RecvActivation &&
+            !sent[st - 1].count({static_cast<int>(ActionKind::SendActivation), a.microBatch})) {
+          break;
+        }
+        if (a.kind == ActionKind::RecvGrad && !sent[st + 1].count({static_cast<int>(ActionKind::SendGrad), a.microBatch})) {
+          break;
+        }
+        if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
+          sent[st].insert({static_cast<int>(a.kind), a.microBatch});
+        }
+        ++pc[st];
+        progress = true;
+      }
+    }
+    if (!progress) {
+      std::ostringstream os;
+      os << "schedule '" << s.name << "' deadlocks; blocked at:";
+      for (int st = 0; st < p; ++st) {
+        if (pc[st] < s.actions[st].size()) os << " " << where(st, pc[st], s.actions[st][pc[st]]) << ";";
+      }
+      throw ScheduleError(os.str());
+    }
+  }
+}
+
+}  // namespace
+
+void checkSchedule(const Schedule& s) {
+  SLUICE_CHECK(s.stages >= 1 && s.microBatches >= 1, ScheduleError,
+               "schedule '" << s.name << "' has " << s.stages << " stages and " << s.microBatches << " micro-batches");
+  SLUICE_CHECK(static_cast<int>(s.actions.size()) == s.stages, ScheduleError,
+               "schedule '" << s.name << "' lists actions for " << s.actions.size() << " stages, expected " << s.stages);
+  for (int st = 0; st < s.stages; ++st) checkStage(s, st);
+  checkProgress(s);
+}
+
+}  // namespace sluice::pipeline
