@@ -1,0 +1,325 @@
+#include "launcher/Config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/Error.h"
+
+namespace sluice {
+namespace {
+
+template <class T>
+const char* typeName() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  if constexpr (std::is_same_v<T, double>) return "a number";
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_same_v<T, std::vector<int>>) return "a list of integers";
+  return "an integer";
+}
+
+// Reads one YAML map; remembers which keys were read so finish() can reject the rest.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& root, const std::string& section) : path_(section) {
+    YAML::Node found = root[section];
+    if (!found.IsDefined()) return;  // a missing section is an invalid node in yaml-cpp
+    node_.reset(found);
+    if (!node_.IsNull()) {
+      SLUICE_CHECK(node_.IsMap(), ConfigError,
+                   "config error: '" << section << "' must be a mapping of keys to values");
+    }
+  }
+
+  template <class T>
+  void get(const std::string& key, T& out) {
+    known_.insert(key);
+    if (!node_ || node_.IsNull()) return;
+    const YAML::Node& node = node_;  // const: the non-const operator[] inserts the key
+    YAML::Node v = node[key];
+    if (!v || v.IsNull()) return;
+    try {
+      out = v.as<T>();
+    } catch (const YAML::Exception&) {
+      std::ostringstream shown;
+      shown << v;
+      throw ConfigError("config error: " + path_ + "." + key + ": expected " + typeName<T>() + ", got '" +
+                        shown.str() + "'");
+    }
+  }
+
+  void finish() {
+    if (!node_ || node_.IsNull()) return;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      auto key = it->first.as<std::string>();
+      if (!known_.count(key)) {
+        std::ostringstream os;
+        os << "config error: unknown key '" << path_ << "." << key << "'. Known keys of '" << path_ << "':";
+        for (auto& k : known_) os << " " << k;
+        throw ConfigError(os.str());
+      }
+    }
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  std::set<std::string> known_;
+};
+
+void setPath(YAML::Node node, const std::vector<std::string>& parts, size_t i, const YAML::Node& value) {
+  if (i + 1 == parts.size()) {
+    node[parts[i]] = value;
+    return;
+  }
+  const YAML::Node& view = node;
+  if (!view[parts[i]] || !view[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+  setPath(node[parts[i]], parts, i + 1, value);
+}
+
+void applyOverride(YAML::Node& root, const std::string& item) {
+  auto eq = item.find('=');
+  SLUICE_CHECK(eq != std::string::npos && eq > 0, ConfigError,
+               "config error: --set expects key=value (for example training.steps=100), got '" << item << "'");
+  std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  for (std::string p; std::getline(ss, p, '.');) {
+    SLUICE_CHECK(!p.empty(), ConfigError, "config error: --set key '" << key << "' has an empty component");
+    parts.push_back(p);
+  }
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("config error: --set " + key + ": cannot parse value '" + value + "'");
+  }
+  setPath(root, parts, 0, parsed);
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ConfigError("config error: " + message);
+}
+
+bool in(const std::string& v, std::initializer_list<const char*> choices) {
+  for (auto c : choices) {
+    if (v == c) return true;
+  }
+  return false;
+}
+
+void validate(Config& c) {
+  require(!c.job.outputDir.empty(), "job.output_dir must not be empty");
+  require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
+                                         std::to_string(c.job.threadsPerRank));
+  auto& m = c.model;
+  require(in(m.name, {"gpt", "mlp"}), "model.name must be gpt or mlp, got '" + m.name + "'");
+  if (m.name == "gpt") {
+    for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
+                          {"model.block_size", m.blockSize}, {"model.layers", m.layers},
+                          {"model.heads", m.heads}, {"model.embd", m.embd}}) {
+      require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
+    }
+    require(m.embd % m.heads == 0, "model.embd (" + std::to_string(m.embd) + ") must be divisible by model.heads (" +
+                                       std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
+                                       std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
+    if (c.data.name == "text") {
+      require(m.vocabSize >= 256, "model.vocab_size must be >= 256 for byte-level text data, got " +
+                                      std::to_string(m.vocabSize));
+    }
+  } else {
+    for (auto [key, v] : {std::pair<const char*, int64_t>{"model.input_dim", m.inputDim}, {"model.hidden", m.hidden},
+                          {"model.mlp_layers", m.mlpLayers}, {"model.classes", m.classes}}) {
+      require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
+    }
+    require(c.data.name == "synthetic", "model.name=mlp needs data.name=synthetic (text data is for gpt)");
+  }
+  require(in(c.data.name, {"text", "synthetic"}), "data.name must be text or synthetic, got '" + c.data.name + "'");
+  if (c.data.name == "text") {
+    require(std::filesystem::exists(c.data.path),
+            "data.path '" + c.data.path + "' does not exist (install the 'fortunes' package or name a text file or folder)");
+  }
+  auto& t = c.training;
+  require(t.steps >= 1, "training.steps must be >= 1, got " + std::to_string(t.steps));
+  require(t.globalBatchSize >= 1, "training.global_batch_size must be >= 1, got " + std::to_string(t.globalBatchSize));
+  require(t.microBatchSize >= 1, "training.micro_batch_size must be >= 1, got " + std::to_string(t.microBatchSize));
+  auto& p = c.pipeline;
+  require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
+  require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
+  require(p.dataParallel == 1,
+          "pipeline.data_parallel = " + std::to_string(p.dataParallel) +
+              " is not supported yet (data parallelism arrives with DistAdam); set it to 1");
+  require(in(p.schedule, {"gpipe", "1f1b"}), "pipeline.schedule must be gpipe or 1f1b, got '" + p.schedule + "'");
+  require(in(p.execution, {"compiled", "eager"}),
+          "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
+  require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
+                                   std::to_string(p.microbatches));
+  const int64_t perMicro = t.microBatchSize * p.dataParallel;
+  if (p.microbatches == 0) {
+    require(t.globalBatchSize % perMicro == 0,
+            "training.global_batch_size (" + std::to_string(t.globalBatchSize) +
+                ") must be divisible by training.micro_batch_size (" + std::to_string(t.microBatchSize) +
+                ") x pipeline.data_parallel (" + std::to_string(p.dataParallel) + ") = " + std::to_string(perMicro));
+    p.microbatches = static_cast<int>(t.globalBatchSize / perMicro);
+  } else {
+    const int64_t product = perMicro * p.microbatches;
+    require(t.globalBatchSize == product,
+            "training.global_batch_size (" + std::to_string(t.globalBatchSize) +
+                ") must equal training.micro_batch_size (" + std::to_string(t.microBatchSize) +
+                ") x pipeline.microbatches (" + std::to_string(p.microbatches) + ") x pipeline.data_parallel (" +
+                std::to_string(p.dataParallel) + ") = " + std::to_string(product));
+  }
+  if (!p.cuts.empty()) {
+    require(static_cast<int>(p.cuts.size()) == p.stages - 1,
+            "pipeline.cuts lists " + std::to_string(p.cuts.size()) + " cuts but pipeline.stages (" +
+                std::to_string(p.stages) + ") needs stages - 1 = " + std::to_string(p.stages - 1));
+    for (size_t i = 0; i < p.cuts.size(); ++i) {
+      require(p.cuts[i] >= 1 && (i == 0 || p.cuts[i] > p.cuts[i - 1]),
+              "pipeline.cuts must be increasing node indices >= 1, got " + std::to_string(p.cuts[i]) + " at position " +
+                  std::to_string(i));
+    }
+  }
+  auto& o = c.optimizer;
+  require(o.name == "adamw", "optimizer.name must be adamw, got '" + o.name + "'");
+  require(o.lr > 0, "optimizer.lr must be > 0, got " + std::to_string(o.lr));
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1 must be in [0, 1), got " + std::to_string(o.beta1));
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2 must be in [0, 1), got " + std::to_string(o.beta2));
+  require(o.eps > 0, "optimizer.eps must be > 0, got " + std::to_string(o.eps));
+  require(o.weightDecay >= 0, "optimizer.weight_decay must be >= 0, got " + std::to_string(o.weightDecay));
+  require(in(o.schedule, {"constant", "cosine"}), "optimizer.schedule must be constant or cosine, got '" + o.schedule + "'");
+  require(o.warmupSteps >= 0, "optimizer.warmup_steps must be >= 0, got " + std::to_string(o.warmupSteps));
+  require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
+  require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
+}
+
+Config parse(const YAML::Node& root) {
+  static const std::set<std::string> sections{"job", "model", "data", "training", "pipeline", "optimizer", "logging"};
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    auto key = it->first.as<std::string>();
+    SLUICE_CHECK(sections.count(key), ConfigError,
+                 "config error: unknown section '" << key
+                                                   << "'. Sections: job, model, data, training, pipeline, optimizer, logging");
+  }
+  Config c;
+  MapReader job(root, "job");
+  job.get("name", c.job.name);
+  job.get("output_dir", c.job.outputDir);
+  job.get("seed", c.job.seed);
+  job.get("threads_per_rank", c.job.threadsPerRank);
+  job.finish();
+  MapReader model(root, "model");
+  model.get("name", c.model.name);
+  model.get("vocab_size", c.model.vocabSize);
+  model.get("block_size", c.model.blockSize);
+  model.get("layers", c.model.layers);
+  model.get("heads", c.model.heads);
+  model.get("embd", c.model.embd);
+  model.get("input_dim", c.model.inputDim);
+  model.get("hidden", c.model.hidden);
+  model.get("mlp_layers", c.model.mlpLayers);
+  model.get("classes", c.model.classes);
+  model.finish();
+  MapReader data(root, "data");
+  data.get("name", c.data.name);
+  data.get("path", c.data.path);
+  data.finish();
+  MapReader training(root, "training");
+  training.get("steps", c.training.steps);
+  training.get("global_batch_size", c.training.globalBatchSize);
+  training.get("micro_batch_size", c.training.microBatchSize);
+  training.finish();
+  MapReader pipeline(root, "pipeline");
+  pipeline.get("stages", c.pipeline.stages);
+  pipeline.get("schedule", c.pipeline.schedule);
+  pipeline.get("microbatches", c.pipeline.microbatches);
+  pipeline.get("data_parallel", c.pipeline.dataParallel);
+  pipeline.get("cuts", c.pipeline.cuts);
+  pipeline.get("execution", c.pipeline.execution);
+  pipeline.finish();
+  MapReader opt(root, "optimizer");
+  opt.get("name", c.optimizer.name);
+  opt.get("lr", c.optimizer.lr);
+  opt.get("beta1", c.optimizer.beta1);
+  opt.get("beta2", c.optimizer.beta2);
+  opt.get("eps", c.optimizer.eps);
+  opt.get("weight_decay", c.optimizer.weightDecay);
+  opt.get("schedule", c.optimizer.schedule);
+  opt.get("warmup_steps", c.optimizer.warmupSteps);
+  opt.get("min_lr", c.optimizer.minLr);
+  opt.finish();
+  MapReader logging(root, "logging");
+  logging.get("interval", c.logging.interval);
+  logging.finish();
+  validate(c);
+  return c;
+}
+
+}  // namespace
+
+Config Config::fromYamlText(const std::string& text, const std::vector<std::string>& overrides,
+                            const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError("config error: " + origin + " is not valid YAML (line " + std::to_string(e.mark.line + 1) +
+                      ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  SLUICE_CHECK(root.IsMap(), ConfigError, "config error: " << origin << " must be a YAML mapping of sections");
+  for (auto& o : overrides) applyOverride(root, o);
+  return parse(root);
+}
+
+Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path);
+  SLUICE_CHECK(f, ConfigError, "config error: cannot read config file '" << path << "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return fromYamlText(ss.str(), overrides, path);
+}
+
+std::string Config::toYaml() const {
+  YAML::Emitter e;
+  e.SetDoublePrecision(8);
+  e << YAML::BeginMap;
+  e << YAML::Key << "job" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << job.name
+    << YAML::Key << "output_dir" << YAML::Value << job.outputDir << YAML::Key << "seed" << YAML::Value << job.seed
+    << YAML::Key << "threads_per_rank" << YAML::Value << job.threadsPerRank << YAML::EndMap;
+  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << model.name;
+  if (model.name == "gpt") {
+    e << YAML::Key << "vocab_size" << YAML::Value << model.vocabSize << YAML::Key << "block_size" << YAML::Value
+      << model.blockSize << YAML::Key << "layers" << YAML::Value << model.layers << YAML::Key << "heads"
+      << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd;
+  } else {
+    e << YAML::Key << "input_dim" << YAML::Value << model.inputDim << YAML::Key << "hidden" << YAML::Value
+      << model.hidden << YAML::Key << "mlp_layers" << YAML::Value << model.mlpLayers << YAML::Key << "classes"
+      << YAML::Value << model.classes;
+  }
+  e << YAML::EndMap;
+  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << data.name
+    << YAML::Key << "path" << YAML::Value << data.path << YAML::EndMap;
+  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
+    << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
+    << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::EndMap;
+  e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value
+    << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "microbatches"
+    << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
+    << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
+    << pipeline.execution << YAML::EndMap;
+  e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
+    << optimizer.name << YAML::Key << "lr" << YAML::Value << optimizer.lr << YAML::Key << "beta1" << YAML::Value
+    << optimizer.beta1 << YAML::Key << "beta2" << YAML::Value << optimizer.beta2 << YAML::Key << "eps" << YAML::Value
+    << optimizer.eps << YAML::Key << "weight_decay" << YAML::Value << optimizer.weightDecay << YAML::Key
+    << "schedule" << YAML::Value << optimizer.schedule << YAML::Key << "warmup_steps" << YAML::Value
+    << optimizer.warmupSteps << YAML::Key << "min_lr" << YAML::Value << optimizer.minLr << YAML::EndMap;
+  e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
+    << logging.interval << YAML::EndMap;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace sluice

@@ -1,0 +1,91 @@
+// launcher::Config: the job's YAML, typed and validated once at load.
+//
+// Precedence: --set overrides > YAML file > the defaults below. Unknown keys
+// are errors naming their YAML path; degrees that must divide are checked with
+// the arithmetic in the message. load() throws ConfigError and touches no file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+struct JobConfig {
+  std::string name = "sluice";      // shown in logs
+  std::string outputDir = "runs/sluice";  // metrics.jsonl, config.resolved.yaml, logs/ go here
+  int64_t seed = 1234;               // model init and data order
+  int threadsPerRank = 0;            // LibTorch intra-op threads; 0 = cores / ranks on this node
+};
+
+struct ModelConfig {
+  std::string name = "gpt";  // gpt | mlp
+  // gpt
+  int64_t vocabSize = 256;   // byte-level text: 256
+  int64_t blockSize = 64;    // sequence length of training windows
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t embd = 64;
+  // mlp
+  int64_t inputDim = 784;
+  int64_t hidden = 256;
+  int64_t mlpLayers = 2;
+  int64_t classes = 10;
+};
+
+struct DataConfig {
+  std::string name = "text";  // text (byte-level windows of files under path) | synthetic
+  std::string path = "/usr/share/games/fortunes";  // file or folder (text only)
+};
+
+struct TrainingConfig {
+  int64_t steps = 100;
+  int64_t globalBatchSize = 8;  // = micro_batch_size x pipeline.microbatches x pipeline.data_parallel
+  int64_t microBatchSize = 2;
+};
+
+struct PipelineConfig {
+  int stages = 1;
+  std::string schedule = "1f1b";   // gpipe | 1f1b
+  int microbatches = 0;            // 0 = global_batch_size / (micro_batch_size x data_parallel)
+  int dataParallel = 1;            // world = stages x data_parallel
+  std::vector<int> cuts;           // explicit node indices; empty = equal node counts
+  std::string execution = "compiled";  // compiled | eager (node by node)
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+  std::string schedule = "constant";  // constant | cosine
+  int64_t warmupSteps = 0;
+  double minLr = 0.0;                 // floor of the cosine schedule
+};
+
+struct LoggingConfig {
+  int64_t interval = 10;  // steps between progress lines (and loss reads)
+};
+
+struct Config {
+  JobConfig job;
+  ModelConfig model;
+  DataConfig data;
+  TrainingConfig training;
+  PipelineConfig pipeline;
+  OptimizerConfig optimizer;
+  LoggingConfig logging;
+
+  int worldSize() const { return pipeline.stages * pipeline.dataParallel; }
+
+  // Reads path, applies overrides ("a.b=value", value parsed as YAML), validates.
+  static Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+  static Config fromYamlText(const std::string& text, const std::vector<std::string>& overrides = {},
+                             const std::string& origin = "<string>");
+  // The resolved config (every key, defaults filled in) as YAML.
+  std::string toYaml() const;
+};
+
+}  // namespace sluice

@@ -1,0 +1,165 @@
+#include "launcher/Job.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/Communicator.h"
+#include "core/Error.h"
+#include "core/GraphSplit.h"
+#include "core/Log.h"
+#include "core/SystemInfo.h"
+#include "launcher/Metrics.h"
+#include "launcher/ModelSetup.h"
+#include "memory/MemoryAccounting.h"
+#include "optim/LrSchedule.h"
+#include "partition/EqualCuts.h"
+
+namespace sluice {
+namespace fs = std::filesystem;
+
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+void writeAtomically(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    SLUICE_CHECK(f, Error, "cannot write " << tmp);
+    f << text;
+  }
+  fs::rename(tmp, path);
+}
+
+// The torchrun names, for user code and libraries that read them.
+void exportRankEnv(int rank, int world) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)).c_str(), 1);
+}
+
+std::string settingsTable(const Config& c, int threads, const std::vector<int>& cuts, int nodes) {
+  std::ostringstream os;
+  auto row = [&](const std::string& k, const std::string& v) {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "  %-22s %s\n", k.c_str(), v.c_str());
+    os << buf;
+  };
+  std::string cutText;
+  for (size_t i = 0; i < cuts.size(); ++i) cutText += (i ? ", " : "") + std::to_string(cuts[i]);
+  os << "settings\n";
+  row("world", std::to_string(c.worldSize()) + " = stages " + std::to_string(c.pipeline.stages) + " x data_parallel " +
+                   std::to_string(c.pipeline.dataParallel));
+  row("schedule", c.pipeline.schedule + ", " + std::to_string(c.pipeline.microbatches) + " micro-batches of " +
+                      std::to_string(c.training.microBatchSize));
+  row("graph", std::to_string(nodes) + " nodes, cuts at [" + cutText + "]");
+  row("execution", c.pipeline.execution);
+  row("threads per rank", std::to_string(threads));
+  row("BLAS", blasKind());
+  row("LibTorch", torchVersion());
+  row("MPI", mpiLibraryVersion());
+  return os.str();
+}
+
+}  // namespace
+
+int threadsForRank(const Config& config, int cores, int ranksOnNode) {
+  if (config.job.threadsPerRank > 0) return config.job.threadsPerRank;
+  return std::max(1, cores / std::max(1, ranksOnNode));
+}
+
+void runWorker(const Config& c) {
+  auto world = Communicator::world();
+  const int rank = world.rank();
+  log::setRank(world.size() > 1 ? rank : -1);
+  SLUICE_CHECK(world.size() == c.worldSize(), ConfigError,
+               "config error: the job needs pipeline.stages (" << c.pipeline.stages << ") x pipeline.data_parallel ("
+                   << c.pipeline.dataParallel << ") = " << c.worldSize() << " ranks but MPI started "
+                   << world.size());
+  exportRankEnv(rank, world.size());
+  const int threads = threadsForRank(c, hardwareCores(), envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  at::set_num_threads(threads);
+
+  // Outputs: rank 0 creates the folder, the others wait for it.
+  const fs::path out = c.job.outputDir;
+  if (rank == 0) {
+    fs::create_directories(out / "logs");
+    writeAtomically((out / "config.resolved.yaml").string(), c.toYaml());
+  }
+  world.barrier();
+  log::openFile((out / "logs" / ("rank_" + std::to_string(rank) + ".log")).string());
+
+  auto setup = makeModelSetup(c);
+  auto graph = setup.capture(c.training.microBatchSize);
+  const int stages = c.pipeline.stages;
+  std::vector<int> cuts = c.pipeline.cuts.empty() ? partition::equalNodeCuts(graph, stages) : c.pipeline.cuts;
+  auto stageGraphs = splitGraph(graph, cuts);
+  auto& stage = stageGraphs.at(rank);
+  if (rank == 0) {
+    log::info("resolved config\n" + c.toYaml() + settingsTable(c, threads, cuts, graph.numNodes()) + "data: " +
+              setup.dataset->describe());
+    if (c.pipeline.microbatches < stages) {
+      log::warn("pipeline.microbatches (" + std::to_string(c.pipeline.microbatches) + ") < pipeline.stages (" +
+                std::to_string(stages) + "): most ranks idle most of the step; use at least " +
+                std::to_string(stages) + " (ideally 4x) micro-batches");
+    }
+  }
+
+  auto mode = c.pipeline.execution == "eager" ? ExecMode::Eager : ExecMode::Compiled;
+  pipeline::StageWorker worker(stage, setup.tensorsByName(stage.paramInputs), world,
+                               pipeline::makeSchedule(c.pipeline.schedule, stages, c.pipeline.microbatches),
+                               setup.loss, mode);
+  auto params = worker.trainableParameters();
+  log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
+            std::to_string(stage.endNode) + "), " + std::to_string(params.size()) + " parameter tensors (" +
+            memory::formatBytes(memory::tensorBytes(params)) + "), " + std::to_string(stage.boundaryInputs.size()) +
+            " boundary inputs, " + std::to_string(stage.outputs.size()) + " outputs");
+
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(c.optimizer.lr)
+                                            .betas({c.optimizer.beta1, c.optimizer.beta2})
+                                            .eps(c.optimizer.eps)
+                                            .weight_decay(c.optimizer.weightDecay));
+  optim::LrSchedule lr{c.optimizer.schedule, c.optimizer.lr, c.optimizer.minLr, c.optimizer.warmupSteps,
+                       c.training.steps};
+  std::unique_ptr<MetricsWriter> metrics;
+  if (worker.isLast()) metrics = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c.training.steps);
+
+  const int m = c.pipeline.microbatches;
+  const int64_t mbs = c.training.microBatchSize;
+  for (int64_t step = 0; step < c.training.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto batch = setup.dataset->batch(step, c.training.globalBatchSize);
+    std::vector<pipeline::MicroBatch> micro;
+    for (int i = 0; i < m; ++i) {
+      micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs)});
+    }
+    const double stepLr = lr.at(step);
+    optim::setLearningRate(optimizer, stepLr);
+    auto loss = worker.trainStep(micro, optimizer);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (metrics) {
+      metrics->record({step, loss, stepLr, seconds, c.training.globalBatchSize,
+                       c.training.globalBatchSize * setup.tokensPerSample});
+      if ((step + 1) % c.logging.interval == 0 || step + 1 == c.training.steps) metrics->flush();
+    }
+  }
+  const auto& sm = worker.module().metrics();
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "stage %d %s: %lld compiles, %lld cache hits, compile %.3f s, execute %.3f s",
+                stage.index, c.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
+                static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
+  log::info(buf);
+  if (metrics) log::info("metrics: " + (out / "metrics.jsonl").string());
+  world.barrier();
+  log::closeFile();
+}
+
+}  // namespace sluice

@@ -1,0 +1,46 @@
+#include "launcher/Launch.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/Error.h"
+
+namespace sluice {
+
+LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::string& configPath,
+                           const std::vector<std::string>& overrides, int cores, bool asRoot) {
+  LaunchPlan plan;
+  plan.argv = {"mpirun", "-np", std::to_string(worldSize), "--bind-to", "none"};
+  if (asRoot) plan.argv.push_back("--allow-run-as-root");
+  if (worldSize > cores) {
+    plan.argv.push_back("--oversubscribe");
+    plan.env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});
+  }
+  plan.argv.insert(plan.argv.end(), {self, "worker", configPath});
+  for (auto& o : overrides) plan.argv.insert(plan.argv.end(), {"--set", o});
+  return plan;
+}
+
+void execPlan(const LaunchPlan& plan) {
+  for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> args;
+  for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+  throw Error(std::string("cannot start ") + plan.argv[0] + ": " + std::strerror(errno) +
+              " (install openmpi-bin, or run scripts/setup.sh)");
+}
+
+std::string selfExecutable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "sluice";
+  buf[n] = '\0';
+  return buf;
+}
+
+}  // namespace sluice

@@ -1,0 +1,59 @@
+#include "launcher/Metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/Error.h"
+#include "core/Log.h"
+
+namespace sluice {
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps)
+    : out_(path, std::ios::trunc), path_(path), totalSteps_(totalSteps) {
+  SLUICE_CHECK(out_, Error, "cannot write metrics file " << path);
+}
+
+void MetricsWriter::record(StepRecord record) { pending_.push_back(std::move(record)); }
+
+void MetricsWriter::flush() {
+  if (pending_.empty()) return;
+  double windowTime = 0;
+  int64_t windowSamples = 0, windowTokens = 0;
+  for (auto& r : pending_) {
+    const double loss = r.loss.item<double>();
+    SLUICE_CHECK(std::isfinite(loss), Error, "loss is " << loss << " at step " << r.step << "; stopping (lower optimizer.lr?)");
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"step_time_s\": %.6f, \"samples_per_s\": %.3f",
+                  static_cast<long long>(r.step), loss, r.lr, r.stepTimeSeconds, r.samples / r.stepTimeSeconds);
+    out_ << line;
+    if (r.tokens > 0) {
+      std::snprintf(line, sizeof(line), ", \"tokens_per_s\": %.1f", r.tokens / r.stepTimeSeconds);
+      out_ << line;
+    }
+    out_ << "}\n";
+    windowTime += r.stepTimeSeconds;
+    windowSamples += r.samples;
+    windowTokens += r.tokens;
+    lastLoss_ = loss;
+  }
+  out_.flush();
+  elapsed_ += windowTime;
+  stepsDone_ += static_cast<int64_t>(pending_.size());
+  const int64_t lastStep = pending_.back().step;
+  const double eta = stepsDone_ > 0 ? elapsed_ / stepsDone_ * (totalSteps_ - lastStep - 1) : 0;
+  char msg[256];
+  if (windowTokens > 0) {
+    std::snprintf(msg, sizeof(msg), "step %lld/%lld  loss %.4f  %.0f tokens/s  %.3f s/step  ETA %.0fs",
+                  static_cast<long long>(lastStep + 1), static_cast<long long>(totalSteps_), lastLoss_,
+                  windowTokens / windowTime, windowTime / pending_.size(), eta);
+  } else {
+    std::snprintf(msg, sizeof(msg), "step %lld/%lld  loss %.4f  %.0f samples/s  %.3f s/step  ETA %.0fs",
+                  static_cast<long long>(lastStep + 1), static_cast<long long>(totalSteps_), lastLoss_,
+                  windowSamples / windowTime, windowTime / pending_.size(), eta);
+  }
+  log::info(msg);
+  pending_.clear();
+}
+
+}  // namespace sluice

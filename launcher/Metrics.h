@@ -1,0 +1,43 @@
+// Run outputs: metrics.jsonl (one JSON object per optimizer step) and the
+// console progress line. Written by the rank that holds the loss (the last
+// pipeline stage). Losses arrive as tensors and are read only at log points
+// (Note [lazy loss]: the host never waits for a step's result in between).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+struct StepRecord {
+  int64_t step = 0;
+  torch::Tensor loss;  // scalar, read at flush()
+  double lr = 0;
+  double stepTimeSeconds = 0;
+  int64_t samples = 0;
+  int64_t tokens = 0;  // 0 when tokens do not apply
+};
+
+class MetricsWriter {
+ public:
+  // Truncates path. totalSteps is used for the ETA.
+  MetricsWriter(const std::string& path, int64_t totalSteps);
+  void record(StepRecord record);
+  // Reads the pending losses, appends their lines, prints one progress line.
+  void flush();
+  double lastLoss() const { return lastLoss_; }
+
+ private:
+  std::ofstream out_;
+  std::string path_;
+  int64_t totalSteps_;
+  std::vector<StepRecord> pending_;
+  double elapsed_ = 0;
+  int64_t stepsDone_ = 0;
+  double lastLoss_ = 0;
+};
+
+}  // namespace sluice

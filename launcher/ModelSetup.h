@@ -1,0 +1,32 @@
+// From a Config to the pieces a job needs: the model (built from job.seed, so
+// every rank holds identical initial weights), its forward for capture, its
+// loss, and its dataset.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "core/OpGraph.h"
+#include "launcher/Config.h"
+#include "launcher/data/Dataset.h"
+#include "pipeline/StageWorker.h"
+
+namespace sluice {
+
+struct ModelSetup {
+  std::shared_ptr<torch::nn::Module> module;
+  ForwardFn forward;
+  pipeline::LossFn loss;
+  std::unique_ptr<data::Dataset> dataset;
+  int64_t tokensPerSample = 0;  // 0 when tokens do not apply
+
+  // Captures the model at the micro-batch shape.
+  OpGraph capture(int64_t microBatchSize) const;
+  // Parameters/buffers by module path, in the order given.
+  std::vector<torch::Tensor> tensorsByName(const std::vector<std::string>& names) const;
+};
+
+ModelSetup makeModelSetup(const Config& config);
+
+}  // namespace sluice

@@ -1,0 +1,102 @@
+// Config: defaults, overrides, and malformed configs with their messages.
+#include <gtest/gtest.h>
+
+#include "core/Error.h"
+#include "launcher/Config.h"
+
+namespace sluice {
+namespace {
+
+const char* kValid = R"(
+job: {output_dir: /tmp/sluice-config-test, seed: 7}
+model: {name: gpt, layers: 2, heads: 2, embd: 32, block_size: 16}
+data: {name: synthetic}
+training: {steps: 5, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {stages: 2, schedule: gpipe, microbatches: 4}
+)";
+
+TEST(Config, ValidConfigAndDefaults) {
+  auto c = Config::fromYamlText(kValid);
+  EXPECT_EQ(c.job.seed, 7);
+  EXPECT_EQ(c.pipeline.stages, 2);
+  EXPECT_EQ(c.pipeline.schedule, "gpipe");
+  EXPECT_EQ(c.worldSize(), 2);
+  EXPECT_EQ(c.optimizer.name, "adamw");  // default
+  EXPECT_EQ(c.logging.interval, 10);     // default
+}
+
+TEST(Config, MicroBatchesAreDerivedWhenOmitted) {
+  auto c = Config::fromYamlText(kValid, {"pipeline.microbatches=0", "training.global_batch_size=12"});
+  EXPECT_EQ(c.pipeline.microbatches, 6);
+}
+
+TEST(Config, OverridesTakePrecedence) {
+  auto c = Config::fromYamlText(kValid, {"training.steps=100", "pipeline.schedule=1f1b", "pipeline.cuts=[40]",
+                                         "optimizer.lr=0.5"});
+  EXPECT_EQ(c.training.steps, 100);
+  EXPECT_EQ(c.pipeline.schedule, "1f1b");
+  EXPECT_EQ(c.pipeline.cuts, std::vector<int>{40});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+}
+
+TEST(Config, ResolvedYamlRoundTrips) {
+  auto c = Config::fromYamlText(kValid, {"pipeline.cuts=[12]"});
+  auto again = Config::fromYamlText(c.toYaml());
+  EXPECT_EQ(again.toYaml(), c.toYaml());
+  EXPECT_EQ(again.pipeline.cuts, std::vector<int>{12});
+}
+
+struct Malformed {
+  const char* what;
+  std::vector<std::string> overrides;
+  const char* yaml;  // nullptr: kValid
+  const char* message;
+};
+
+class MalformedConfig : public ::testing::TestWithParam<Malformed> {};
+
+TEST_P(MalformedConfig, IsRejectedWithItsMessage) {
+  const auto& m = GetParam();
+  try {
+    Config::fromYamlText(m.yaml ? m.yaml : kValid, m.overrides);
+    FAIL() << m.what << ": accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(m.message), std::string::npos)
+        << m.what << "\n  got:      " << e.what() << "\n  expected: " << m.message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MalformedConfig,
+    ::testing::Values(
+        Malformed{"unknown key", {"pipeline.stagez=2"}, nullptr, "unknown key 'pipeline.stagez'"},
+        Malformed{"unknown section", {"trainer.steps=2"}, nullptr, "unknown section 'trainer'"},
+        Malformed{"batch does not divide", {"training.global_batch_size=10"}, nullptr,
+                  "training.global_batch_size (10) must equal training.micro_batch_size (2) x pipeline.microbatches "
+                  "(4) x pipeline.data_parallel (1) = 8"},
+        Malformed{"derived micro-batches do not divide", {"pipeline.microbatches=0", "training.global_batch_size=7"},
+                  nullptr, "training.global_batch_size (7) must be divisible by training.micro_batch_size (2)"},
+        Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr, "pipeline.schedule must be gpipe or 1f1b"},
+        Malformed{"zero stages", {"pipeline.stages=0"}, nullptr, "pipeline.stages must be >= 1, got 0"},
+        Malformed{"not an integer", {"training.steps=many"}, nullptr,
+                  "training.steps: expected an integer, got 'many'"},
+        Malformed{"heads do not divide embd", {"model.heads=3"}, nullptr,
+                  "model.embd (32) must be divisible by model.heads (3)"},
+        Malformed{"unknown model", {"model.name=resnet"}, nullptr, "model.name must be gpt or mlp"},
+        Malformed{"cuts vs stages", {"pipeline.cuts=[10, 20]"}, nullptr,
+                  "pipeline.cuts lists 2 cuts but pipeline.stages (2) needs stages - 1 = 1"},
+        Malformed{"decreasing cuts", {"pipeline.stages=3", "pipeline.cuts=[20, 10]"}, nullptr,
+                  "pipeline.cuts must be increasing"},
+        Malformed{"missing data path", {"data.name=text", "model.vocab_size=256", "data.path=/no/such/corpus"}, nullptr,
+                  "data.path '/no/such/corpus' does not exist"},
+        Malformed{"bad lr", {"optimizer.lr=-1"}, nullptr, "optimizer.lr must be > 0"},
+        Malformed{"section is not a map", {}, "training: 5\n", "'training' must be a mapping"},
+        Malformed{"invalid YAML", {}, "pipeline: {stages: 2\n", "is not valid YAML"},
+        Malformed{"override without value", {"pipeline.stages"}, nullptr, "--set expects key=value"},
+        Malformed{"data parallel not yet supported", {"pipeline.data_parallel=2", "training.global_batch_size=16"},
+                  nullptr, "pipeline.data_parallel = 2 is not supported yet"},
+        Malformed{"byte text needs 256 tokens", {"data.name=text", "model.vocab_size=100"}, nullptr,
+                  "model.vocab_size must be >= 256 for byte-level text"}));
+
+}  // namespace
+}  // namespace sluice
