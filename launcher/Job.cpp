@@ -88,7 +88,15 @@ void runWorker(const Config& c) {
   const int threads = threadsForRank(c, hardwareCores(), envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
   at::set_num_threads(threads);
 
-  // Outputs: rank 0 creates the folder, the others wait for it.
+  auto setup = makeModelSetup(c);
+  auto graph = setup.capture(c.training.microBatchSize);
+  const int stages = c.pipeline.stages;
+  std::vector<int> cuts = c.pipeline.cuts.empty() ? partition::equalNodeCuts(graph, stages) : c.pipeline.cuts;
+  auto stageGraphs = splitGraph(graph, cuts);
+  auto& stage = stageGraphs.at(rank);
+
+  // Outputs only once the job is known to be runnable (bad cuts fail above):
+  // rank 0 creates the folder, the others wait for it.
   const fs::path out = c.job.outputDir;
   if (rank == 0) {
     fs::create_directories(out / "logs");
@@ -96,13 +104,6 @@ void runWorker(const Config& c) {
   }
   world.barrier();
   log::openFile((out / "logs" / ("rank_" + std::to_string(rank) + ".log")).string());
-
-  auto setup = makeModelSetup(c);
-  auto graph = setup.capture(c.training.microBatchSize);
-  const int stages = c.pipeline.stages;
-  std::vector<int> cuts = c.pipeline.cuts.empty() ? partition::equalNodeCuts(graph, stages) : c.pipeline.cuts;
-  auto stageGraphs = splitGraph(graph, cuts);
-  auto& stage = stageGraphs.at(rank);
   if (rank == 0) {
     log::info("resolved config\n" + c.toYaml() + settingsTable(c, threads, cuts, graph.numNodes()) + "data: " +
               setup.dataset->describe());

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Sluice needs, when any is missing. Idempotent.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build ccache
+  libtorch-dev              # LibTorch 1.13 (CPU)
+  libopenblas0-openmp       # fast BLAS behind LibTorch (the reference BLAS is ~5x slower)
+  libopenmpi-dev openmpi-bin
+  libprotobuf-dev protobuf-compiler
+  libyaml-cpp-dev libgtest-dev
+  fortunes                  # real text for the byte-level GPT
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
