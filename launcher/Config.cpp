@@ -24,13 +24,14 @@ const char* typeName() {
 // Reads one YAML map; remembers which keys were read so finish() can reject the rest.
 class MapReader {
  public:
-  MapReader(const YAML::Node& root, const std::string& section) : path_(section) {
+  MapReader(const YAML::Node& root, const std::string& section, const std::string& path = "")
+      : path_(path.empty() ? section : path) {
     YAML::Node found = root[section];
     if (!found.IsDefined()) return;  // a missing section is an invalid node in yaml-cpp
     node_.reset(found);
     if (!node_.IsNull()) {
       SLUICE_CHECK(node_.IsMap(), ConfigError,
-                   "config error: '" << section << "' must be a mapping of keys to values");
+                   "config error: '" << path_ << "' must be a mapping of keys to values");
     }
   }
 
@@ -49,6 +50,13 @@ class MapReader {
       throw ConfigError("config error: " + path_ + "." + key + ": expected " + typeName<T>() + ", got '" +
                         shown.str() + "'");
     }
+  }
+
+  // A nested section (e.g. optimizer.dist_adam); marks the key as known here.
+  MapReader child(const std::string& key) {
+    known_.insert(key);
+    YAML::Node empty;
+    return (!node_ || node_.IsNull()) ? MapReader(empty, key, path_ + "." + key) : MapReader(node_, key, path_ + "." + key);
   }
 
   void finish() {
@@ -149,9 +157,6 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(p.dataParallel == 1,
-          "pipeline.data_parallel = " + std::to_string(p.dataParallel) +
-              " is not supported yet (data parallelism arrives with DistAdam); set it to 1");
   require(in(p.schedule, {"gpipe", "1f1b"}), "pipeline.schedule must be gpipe or 1f1b, got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
@@ -183,7 +188,13 @@ void validate(Config& c) {
     }
   }
   auto& o = c.optimizer;
-  require(o.name == "adamw", "optimizer.name must be adamw, got '" + o.name + "'");
+  require(in(o.name, {"adamw", "dist_adam"}), "optimizer.name must be adamw or dist_adam, got '" + o.name + "'");
+  require(in(o.distAdamMode, {"hooks", "after_backward", "allreduce"}),
+          "optimizer.dist_adam.mode must be hooks, after_backward or allreduce, got '" + o.distAdamMode + "'");
+  require(p.dataParallel == 1 || o.name == "dist_adam",
+          "pipeline.data_parallel = " + std::to_string(p.dataParallel) +
+              " needs optimizer.name = dist_adam (its mode allreduce gives plain data-parallel AdamW); got '" + o.name +
+              "'");
   require(o.lr > 0, "optimizer.lr must be > 0, got " + std::to_string(o.lr));
   require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1 must be in [0, 1), got " + std::to_string(o.beta1));
   require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2 must be in [0, 1), got " + std::to_string(o.beta2));
@@ -249,6 +260,9 @@ Config parse(const YAML::Node& root) {
   opt.get("schedule", c.optimizer.schedule);
   opt.get("warmup_steps", c.optimizer.warmupSteps);
   opt.get("min_lr", c.optimizer.minLr);
+  auto distAdam = opt.child("dist_adam");
+  distAdam.get("mode", c.optimizer.distAdamMode);
+  distAdam.finish();
   opt.finish();
   MapReader logging(root, "logging");
   logging.get("interval", c.logging.interval);
@@ -315,7 +329,9 @@ std::string Config::toYaml() const {
     << optimizer.beta1 << YAML::Key << "beta2" << YAML::Value << optimizer.beta2 << YAML::Key << "eps" << YAML::Value
     << optimizer.eps << YAML::Key << "weight_decay" << YAML::Value << optimizer.weightDecay << YAML::Key
     << "schedule" << YAML::Value << optimizer.schedule << YAML::Key << "warmup_steps" << YAML::Value
-    << optimizer.warmupSteps << YAML::Key << "min_lr" << YAML::Value << optimizer.minLr << YAML::EndMap;
+    << optimizer.warmupSteps << YAML::Key << "min_lr" << YAML::Value << optimizer.minLr << YAML::Key << "dist_adam"
+    << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::EndMap
+    << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << logging.interval << YAML::EndMap;
   e << YAML::EndMap;

@@ -48,13 +48,14 @@ struct PipelineConfig {
   int stages = 1;
   std::string schedule = "1f1b";   // gpipe | 1f1b
   int microbatches = 0;            // 0 = global_batch_size / (micro_batch_size x data_parallel)
-  int dataParallel = 1;            // world = stages x data_parallel
+  int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
   std::vector<int> cuts;           // explicit node indices; empty = equal node counts
   std::string execution = "compiled";  // compiled | eager (node by node)
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";
+  std::string name = "adamw";         // adamw | dist_adam (sharded over pipeline.data_parallel)
+  std::string distAdamMode = "hooks";  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;

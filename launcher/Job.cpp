@@ -15,6 +15,7 @@
 #include "launcher/Metrics.h"
 #include "launcher/ModelSetup.h"
 #include "memory/MemoryAccounting.h"
+#include "optim/DistAdam.h"
 #include "optim/LrSchedule.h"
 #include "partition/EqualCuts.h"
 
@@ -80,6 +81,8 @@ void runWorker(const Config& c) {
   auto world = Communicator::world();
   const int rank = world.rank();
   log::setRank(world.size() > 1 ? rank : -1);
+  SLUICE_CHECK(c.training.globalBatchSize % c.pipeline.dataParallel == 0, ConfigError,
+               "config error: training.global_batch_size must divide by pipeline.data_parallel");
   SLUICE_CHECK(world.size() == c.worldSize(), ConfigError,
                "config error: the job needs pipeline.stages (" << c.pipeline.stages << ") x pipeline.data_parallel ("
                    << c.pipeline.dataParallel << ") = " << c.worldSize() << " ranks but MPI started "
@@ -93,7 +96,13 @@ void runWorker(const Config& c) {
   const int stages = c.pipeline.stages;
   std::vector<int> cuts = c.pipeline.cuts.empty() ? partition::equalNodeCuts(graph, stages) : c.pipeline.cuts;
   auto stageGraphs = splitGraph(graph, cuts);
-  auto& stage = stageGraphs.at(rank);
+  // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
+  // replica's stages are a pipeline communicator (rank == stage); each stage's
+  // replicas are a data-parallel communicator for DistAdam.
+  const int stageIndex = rank % stages, dpRank = rank / stages, dp = c.pipeline.dataParallel;
+  auto pipelineComm = world.split(dpRank, stageIndex);
+  auto dpComm = world.split(stageIndex, dpRank);
+  auto& stage = stageGraphs.at(stageIndex);
 
   // Outputs only once the job is known to be runnable (bad cuts fail above):
   // rank 0 creates the folder, the others wait for it.
@@ -115,7 +124,7 @@ void runWorker(const Config& c) {
   }
 
   auto mode = c.pipeline.execution == "eager" ? ExecMode::Eager : ExecMode::Compiled;
-  pipeline::StageWorker worker(stage, setup.tensorsByName(stage.paramInputs), world,
+  pipeline::StageWorker worker(stage, setup.tensorsByName(stage.paramInputs), pipelineComm,
                                pipeline::makeSchedule(c.pipeline.schedule, stages, c.pipeline.microbatches),
                                setup.loss, mode);
   auto params = worker.trainableParameters();
@@ -124,32 +133,61 @@ void runWorker(const Config& c) {
             memory::formatBytes(memory::tensorBytes(params)) + "), " + std::to_string(stage.boundaryInputs.size()) +
             " boundary inputs, " + std::to_string(stage.outputs.size()) + " outputs");
 
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(c.optimizer.lr)
-                                            .betas({c.optimizer.beta1, c.optimizer.beta2})
-                                            .eps(c.optimizer.eps)
-                                            .weight_decay(c.optimizer.weightDecay));
+  auto adamw = torch::optim::AdamWOptions(c.optimizer.lr)
+                   .betas({c.optimizer.beta1, c.optimizer.beta2})
+                   .eps(c.optimizer.eps)
+                   .weight_decay(c.optimizer.weightDecay);
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (c.optimizer.name == "dist_adam") {
+    auto dist = std::make_unique<optim::DistAdam>(params, dpComm, adamw, optim::parseDistAdamMode(c.optimizer.distAdamMode),
+                                                  dp);
+    dist->setAccumulationSteps(c.pipeline.microbatches);  // reduce on the last micro-batch's backward
+    log::info("DistAdam (" + c.optimizer.distAdamMode + ") over " + std::to_string(dp) + " ranks: " +
+              memory::formatBytes(dist->stateBytes()) + " of optimizer state on this rank");
+    optimizer = std::move(dist);
+  } else {
+    optimizer = std::make_unique<torch::optim::AdamW>(params, adamw);
+  }
   optim::LrSchedule lr{c.optimizer.schedule, c.optimizer.lr, c.optimizer.minLr, c.optimizer.warmupSteps,
                        c.training.steps};
   std::unique_ptr<MetricsWriter> metrics;
-  if (worker.isLast()) metrics = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c.training.steps);
+  std::vector<StepRecord> pending;  // last stage: steps whose loss is not read yet
+  if (worker.isLast() && dpRank == 0) metrics = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c.training.steps);
 
   const int m = c.pipeline.microbatches;
   const int64_t mbs = c.training.microBatchSize;
   for (int64_t step = 0; step < c.training.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    auto batch = setup.dataset->batch(step, c.training.globalBatchSize);
+    // Each data-parallel rank trains on its own disjoint rows of the global batch.
+    auto global = setup.dataset->batch(step, c.training.globalBatchSize);
+    const int64_t rows = c.training.globalBatchSize / dp;
+    data::Batch batch{global.input.slice(0, dpRank * rows, (dpRank + 1) * rows),
+                      global.target.slice(0, dpRank * rows, (dpRank + 1) * rows)};
     std::vector<pipeline::MicroBatch> micro;
     for (int i = 0; i < m; ++i) {
       micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs)});
     }
     const double stepLr = lr.at(step);
-    optim::setLearningRate(optimizer, stepLr);
-    auto loss = worker.trainStep(micro, optimizer);
+    optim::setLearningRate(*optimizer, stepLr);
+    auto loss = worker.trainStep(micro, *optimizer);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (metrics) {
-      metrics->record({step, loss, stepLr, seconds, c.training.globalBatchSize,
-                       c.training.globalBatchSize * setup.tokensPerSample});
-      if ((step + 1) % c.logging.interval == 0 || step + 1 == c.training.steps) metrics->flush();
+    if (worker.isLast()) {
+      pending.push_back({step, loss, stepLr, seconds, c.training.globalBatchSize,
+                         c.training.globalBatchSize * setup.tokensPerSample});
+      if ((step + 1) % c.logging.interval == 0 || step + 1 == c.training.steps) {
+        // Note [lazy loss]: losses are read here only. The global loss is the
+        // mean of the replicas' losses (equal shares of the global batch).
+        std::vector<torch::Tensor> losses;
+        for (auto& r : pending) losses.push_back(r.loss);
+        auto stacked = torch::stack(losses).contiguous();
+        if (dp > 1) dpComm.allReduce(stacked, ReduceOp::Average);
+        for (size_t i = 0; i < pending.size(); ++i) pending[i].loss = stacked[i];
+        if (metrics) {
+          for (auto& r : pending) metrics->record(r);
+          metrics->flush();
+        }
+        pending.clear();
+      }
     }
   }
   const auto& sm = worker.module().metrics();

@@ -39,6 +39,13 @@ TEST(Config, OverridesTakePrecedence) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
 }
 
+TEST(Config, DataParallelWithDistAdam) {
+  auto c = Config::fromYamlText(kValid, {"pipeline.data_parallel=2", "training.global_batch_size=16",
+                                         "optimizer.name=dist_adam", "optimizer.dist_adam.mode=after_backward"});
+  EXPECT_EQ(c.worldSize(), 4);
+  EXPECT_EQ(c.optimizer.distAdamMode, "after_backward");
+}
+
 TEST(Config, ResolvedYamlRoundTrips) {
   auto c = Config::fromYamlText(kValid, {"pipeline.cuts=[12]"});
   auto again = Config::fromYamlText(c.toYaml());
@@ -93,8 +100,12 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"section is not a map", {}, "training: 5\n", "'training' must be a mapping"},
         Malformed{"invalid YAML", {}, "pipeline: {stages: 2\n", "is not valid YAML"},
         Malformed{"override without value", {"pipeline.stages"}, nullptr, "--set expects key=value"},
-        Malformed{"data parallel not yet supported", {"pipeline.data_parallel=2", "training.global_batch_size=16"},
-                  nullptr, "pipeline.data_parallel = 2 is not supported yet"},
+        Malformed{"data parallel needs dist_adam", {"pipeline.data_parallel=2", "training.global_batch_size=16"},
+                  nullptr, "pipeline.data_parallel = 2 needs optimizer.name = dist_adam"},
+        Malformed{"unknown dist_adam key", {"optimizer.name=dist_adam", "optimizer.dist_adam.mod=hooks"}, nullptr,
+                  "unknown key 'optimizer.dist_adam.mod'"},
+        Malformed{"bad dist_adam mode", {"optimizer.name=dist_adam", "optimizer.dist_adam.mode=ring"}, nullptr,
+                  "optimizer.dist_adam.mode must be hooks, after_backward or allreduce"},
         Malformed{"byte text needs 256 tokens", {"data.name=text", "model.vocab_size=100"}, nullptr,
                   "model.vocab_size must be >= 256 for byte-level text"}));
 
