@@ -143,7 +143,8 @@ void runWorker(const Config& c) {
                                                   dp);
     dist->setAccumulationSteps(c.pipeline.microbatches);  // reduce on the last micro-batch's backward
     log::info("DistAdam (" + c.optimizer.distAdamMode + ") over " + std::to_string(dp) + " ranks: " +
-              memory::formatBytes(dist->stateBytes()) + " of optimizer state on this rank");
+              memory::formatBytes(dist->stateBytes()) + " of optimizer state on this rank (" +
+              std::to_string(dist->stateBytes()) + " bytes)");
     optimizer = std::move(dist);
   } else {
     optimizer = std::make_unique<torch::optim::AdamW>(params, adamw);

@@ -9,6 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
+  python3-torch             # PyTorch peer in bench/distadam.sh (not needed by the tests)
 )
 missing=()
 for p in "${packages[@]}"; do
