@@ -9,6 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
 sluice="$root/build/launcher/sluice"
+bash "$root/scripts/setup.sh" --bench >/dev/null
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 steps=${1:-15}
 layers=4 embd=192 heads=6 block=128 mbs=4 m=4
@@ -39,7 +40,7 @@ if $py -c "import torch.distributed" 2>/dev/null; then
   time[torch]=$(echo "$out" | sed -n 's/.*step_time_s=\([0-9.]*\).*/\1/p')
   bytes[torch]=$(echo "$out" | sed -n 's/.*optimizer_bytes=\([0-9]*\).*/\1/p')
 else
-  echo "python3-torch is missing (apt-get install python3-torch): the PyTorch row is left out"
+  echo "bench/distadam: python3-torch could not be imported; the PyTorch row is left out" >&2
 fi
 echo "bench/distadam: GPT ${layers}x${embd}, block $block, 2 data-parallel ranks x 1 thread, $m micro-batches of $mbs per rank"
 "$sluice" --version | sed 's/^/  /'

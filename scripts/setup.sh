@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sluice needs, when any is missing. Idempotent.
+#   --bench: also the benchmarks' extras (python3-torch for the PyTorch peer in bench/distadam.sh)
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache
@@ -9,8 +10,8 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
-  python3-torch             # PyTorch peer in bench/distadam.sh (not needed by the tests)
 )
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
