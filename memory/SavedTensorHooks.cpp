@@ -1,0 +1,97 @@
+#include "memory/SavedTensorHooks.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+namespace sluice::memory {
+namespace {
+
+thread_local HooksFactory activeFactory;
+
+// Note [saved tensor engine]: the only change to autograd's engine is where
+// default saved-variable hooks come from; everything else is inherited.
+class HookingEngine : public torch::autograd::Engine {
+ public:
+  std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
+    return activeFactory ? activeFactory() : nullptr;
+  }
+};
+
+torch::autograd::Engine& hookingEngine() {
+  static HookingEngine engine;
+  return engine;
+}
+
+}  // namespace
+
+void installSavedTensorEngine() {
+  static std::once_flag once;
+  std::call_once(once, [] { torch::autograd::set_default_engine_stub(&hookingEngine); });
+}
+
+SavedTensorScope::SavedTensorScope(HooksFactory factory) : previous_(std::move(activeFactory)) {
+  installSavedTensorEngine();
+  activeFactory = std::move(factory);
+}
+
+SavedTensorScope::~SavedTensorScope() { activeFactory = std::move(previous_); }
+
+class CountingHooks : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit CountingHooks(SavedBytesCounter* counter) : counter_(counter) {}
+  void call_pack_hook(const at::Tensor& tensor) override {
+    counter_->onPack(tensor);
+    kept_ = tensor;
+  }
+  at::Tensor call_unpack_hook() override {
+    counter_->onUnpack();
+    return kept_;
+  }
+
+ private:
+  SavedBytesCounter* counter_;
+  at::Tensor kept_;
+};
+
+HooksFactory SavedBytesCounter::factory() {
+  return [this] { return std::make_unique<CountingHooks>(this); };
+}
+
+void SavedBytesCounter::exclude(const torch::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tensor.defined() && tensor.has_storage()) excluded_.insert(tensor.storage().data());
+}
+
+void SavedBytesCounter::onPack(const at::Tensor& t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++packs_;
+  if (!t.defined() || !t.has_storage()) return;
+  const void* key = t.storage().data();
+  if (excluded_.count(key) || !seen_.insert(key).second) return;
+  bytes_ += static_cast<int64_t>(t.storage().nbytes());
+}
+
+void SavedBytesCounter::onUnpack() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++unpacks_;
+}
+
+int64_t SavedBytesCounter::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+int64_t SavedBytesCounter::packs() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return packs_;
+}
+int64_t SavedBytesCounter::unpacks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return unpacks_;
+}
+
+void SavedBytesCounter::reset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  seen_.clear();
+  bytes_ = packs_ = unpacks_ = 0;
+}
+
+}  // namespace sluice::memory
