@@ -12,7 +12,8 @@
 namespace sluice {
 
 LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::string& configPath,
-                           const std::vector<std::string>& overrides, int cores, bool asRoot) {
+                           const std::vector<std::string>& overrides, int cores, bool asRoot,
+                           const std::string& command, const std::vector<std::string>& extraArgs) {
   LaunchPlan plan;
   plan.argv = {"mpirun", "-np", std::to_string(worldSize), "--bind-to", "none"};
   if (asRoot) plan.argv.push_back("--allow-run-as-root");
@@ -20,7 +21,8 @@ LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::st
     plan.argv.push_back("--oversubscribe");
     plan.env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});
   }
-  plan.argv.insert(plan.argv.end(), {self, "worker", configPath});
+  plan.argv.insert(plan.argv.end(), {self, command, configPath});
+  plan.argv.insert(plan.argv.end(), extraArgs.begin(), extraArgs.end());
   for (auto& o : overrides) plan.argv.insert(plan.argv.end(), {"--set", o});
   return plan;
 }

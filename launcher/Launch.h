@@ -17,8 +17,11 @@ struct LaunchPlan {
   std::vector<std::pair<std::string, std::string>> env;  // set before exec
 };
 
+// `command` is the sluice subcommand each rank runs ("worker", "profile", ...);
+// extraArgs follow the config path.
 LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::string& configPath,
-                           const std::vector<std::string>& overrides, int cores, bool asRoot);
+                           const std::vector<std::string>& overrides, int cores, bool asRoot,
+                           const std::string& command = "worker", const std::vector<std::string>& extraArgs = {});
 
 // Replaces this process with the plan's command; throws Error if exec fails.
 [[noreturn]] void execPlan(const LaunchPlan& plan);

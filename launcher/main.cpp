@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "launcher/Job.h"
 #include "launcher/Launch.h"
 #include "launcher/ModelSetup.h"
+#include "partition/Profile.h"
 
 namespace {
 
@@ -28,6 +30,9 @@ constexpr const char* kUsage =
     "  graph CONFIG [--set key=value]... [-o FILE]\n"
     "                                      capture the model, print one line per node (the indices\n"
     "                                      pipeline.cuts refers to) and optionally save it as protobuf\n"
+    "  profile CONFIG -o FILE [--set key=value]...\n"
+    "                                      time every node (forward, backward), measure saved-tensor\n"
+    "                                      bytes, p2p and swap bandwidth; write a Profile (protobuf)\n"
     "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
 
 struct Args {
@@ -80,6 +85,48 @@ int runGraph(const Args& a) {
   return 0;
 }
 
+// Profiles on rank 0; ranks 0 and 1 also time p2p, so the command runs on 2 ranks.
+int runProfile(const Args& a, int argc, char** argv) {
+  if (a.output.empty()) throw sluice::ConfigError("sluice: profile needs -o FILE\n\n" + std::string(kUsage));
+  auto config = sluice::Config::load(a.config, a.overrides);
+  if (!sluice::Communicator::launchedByMpi()) {
+    auto plan = sluice::localMpirunPlan(2, sluice::selfExecutable(), a.config, a.overrides, sluice::hardwareCores(),
+                                        geteuid() == 0, "profile", {"-o", a.output});
+    plan.env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});  // rank 1 mostly waits
+    sluice::execPlan(plan);
+  }
+  sluice::Communicator::initialize(&argc, &argv);
+  auto world = sluice::Communicator::world();
+  sluice::log::setRank(world.rank());
+  try {
+    at::set_num_threads(sluice::threadsForRank(config, sluice::hardwareCores(), world.size()));
+    std::string dir = std::filesystem::path(a.output).parent_path().string();
+    auto machine = sluice::partition::measureMachine(world, dir.empty() ? "." : dir);
+    if (world.rank() == 0) {
+      auto setup = sluice::makeModelSetup(config);
+      auto graph = setup.capture(config.training.microBatchSize);
+      std::vector<std::string> names;
+      for (auto& in : graph.inputs()) {
+        if (in.kind != sluice::InputKind::Data) names.push_back(in.name);
+      }
+      std::vector<torch::Tensor> inputs{setup.dataset->batch(0, config.training.microBatchSize).input};
+      for (auto& t : setup.tensorsByName(names)) inputs.push_back(t);
+      sluice::log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
+                        std::to_string(config.training.microBatchSize) + " ...");
+      auto profile = sluice::partition::profileGraph(graph, inputs);
+      profile.machine = machine;
+      profile.save(a.output);
+      std::cout << profile.summary() << "wrote " << a.output << std::endl;
+    }
+    world.barrier();
+  } catch (const std::exception& e) {
+    sluice::log::error(std::string("profile failed: ") + e.what());
+    sluice::Communicator::abortAll(1);
+  }
+  sluice::Communicator::finalize();
+  return 0;
+}
+
 int runTrainOrWorker(const Args& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
   if (a.command == "train" && config.worldSize() > 1 && !sluice::Communicator::launchedByMpi()) {
@@ -120,6 +167,7 @@ int main(int argc, char** argv) {
     if (a.config.empty()) throw sluice::ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + kUsage);
     if (a.command == "train" || a.command == "worker") return runTrainOrWorker(a, argc, argv);
     if (a.command == "graph") return runGraph(a);
+    if (a.command == "profile") return runProfile(a, argc, argv);
     throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
   } catch (const sluice::ConfigError& e) {
     std::cerr << e.what() << std::endl;

@@ -1,0 +1,176 @@
+#include "partition/Profile.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "core/Error.h"
+#include "core/SystemInfo.h"
+#include "memory/MemoryAccounting.h"
+#include "sluice_profile.pb.h"
+
+namespace sluice::partition {
+
+double Profile::totalForward() const {
+  double s = 0;
+  for (auto& n : nodes) s += n.forwardSeconds;
+  return s;
+}
+
+double Profile::totalBackward() const {
+  double s = 0;
+  for (auto& n : nodes) s += n.backwardSeconds;
+  return s;
+}
+
+int64_t Profile::totalSaved() const {
+  int64_t s = 0;
+  for (auto& n : nodes) s += n.savedBytes;
+  return s;
+}
+
+void Profile::save(const std::string& path) const {
+  proto::Profile p;
+  p.set_graph_hash(graphHash);
+  p.set_iterations(iterations);
+  for (auto& n : nodes) {
+    auto* pn = p.add_nodes();
+    pn->set_index(n.index);
+    pn->set_op(n.op);
+    pn->set_forward_s(n.forwardSeconds);
+    pn->set_backward_s(n.backwardSeconds);
+    pn->set_output_bytes(n.outputBytes);
+    pn->set_saved_bytes(n.savedBytes);
+    pn->set_param_bytes(n.paramBytes);
+    pn->set_recomputable(n.recomputable);
+  }
+  auto* m = p.mutable_machine();
+  m->set_p2p_bandwidth_bytes_per_s(machine.p2pBandwidth);
+  m->set_p2p_latency_s(machine.p2pLatency);
+  m->set_swap_write_bytes_per_s(machine.swapWriteBandwidth);
+  m->set_swap_read_bytes_per_s(machine.swapReadBandwidth);
+  m->set_threads(machine.threads);
+  m->set_blas(machine.blas);
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    SLUICE_CHECK(f, GraphError, "cannot write " << tmp);
+    SLUICE_CHECK(p.SerializeToOstream(&f), GraphError, "writing " << tmp << " failed");
+  }
+  SLUICE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, GraphError, "cannot rename " << tmp << " to " << path);
+}
+
+Profile Profile::load(const std::string& path, const std::string& expectedHash) {
+  std::ifstream f(path, std::ios::binary);
+  SLUICE_CHECK(f, GraphError, "cannot open profile " << path);
+  proto::Profile p;
+  SLUICE_CHECK(p.ParseFromIstream(&f) && !p.graph_hash().empty(), GraphError,
+               "profile " << path << " is truncated or not a Sluice profile; run `sluice profile` again");
+  SLUICE_CHECK(expectedHash.empty() || p.graph_hash() == expectedHash, GraphError,
+               "profile " << path << " was made for another graph (hash " << p.graph_hash() << ", this model and batch "
+                          << "shape hash to " << expectedHash << "); profile this config again");
+  Profile out;
+  out.graphHash = p.graph_hash();
+  out.iterations = p.iterations();
+  for (auto& pn : p.nodes()) {
+    out.nodes.push_back({pn.index(), pn.op(), pn.forward_s(), pn.backward_s(), pn.output_bytes(), pn.saved_bytes(),
+                         pn.param_bytes(), pn.recomputable()});
+  }
+  auto& m = p.machine();
+  out.machine = {m.p2p_bandwidth_bytes_per_s(), m.p2p_latency_s(), m.swap_write_bytes_per_s(),
+                 m.swap_read_bytes_per_s(), m.threads(), m.blas()};
+  return out;
+}
+
+std::string Profile::summary(int topNodes) const {
+  std::ostringstream os;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "profile of graph %s: %zu nodes, forward %.2f ms, backward %.2f ms, saved %s\n",
+                graphHash.c_str(), nodes.size(), 1e3 * totalForward(), 1e3 * totalBackward(),
+                memory::formatBytes(totalSaved()).c_str());
+  os << buf;
+  std::snprintf(buf, sizeof(buf), "machine: p2p %.0f MB/s, latency %.1f us; swap write %.0f MB/s, read %.0f MB/s; %d threads, %s\n",
+                machine.p2pBandwidth / 1e6, machine.p2pLatency * 1e6, machine.swapWriteBandwidth / 1e6,
+                machine.swapReadBandwidth / 1e6, machine.threads, machine.blas.c_str());
+  os << buf;
+  std::vector<const NodeProfile*> order;
+  for (auto& n : nodes) order.push_back(&n);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->forwardSeconds + a->backwardSeconds > b->forwardSeconds + b->backwardSeconds;
+  });
+  std::snprintf(buf, sizeof(buf), "%6s  %-22s %10s %10s %12s %12s\n", "node", "op", "fwd us", "bwd us", "saved", "params");
+  os << buf;
+  for (int i = 0; i < std::min<int>(topNodes, static_cast<int>(order.size())); ++i) {
+    auto* n = order[i];
+    std::snprintf(buf, sizeof(buf), "%6d  %-22s %10.1f %10.1f %12s %12s\n", n->index, n->op.c_str(),
+                  1e6 * n->forwardSeconds, 1e6 * n->backwardSeconds, memory::formatBytes(n->savedBytes).c_str(),
+                  memory::formatBytes(n->paramBytes).c_str());
+    os << buf;
+  }
+  return os.str();
+}
+
+namespace {
+
+double pingPong(const Communicator& comm, int64_t bytes, int reps) {
+  auto buf = torch::zeros({bytes}, torch::kUInt8);
+  TensorSpec spec{{bytes}, c10::kByte};
+  comm.barrier();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) {
+    if (comm.rank() == 0) {
+      comm.send(buf, 1, 1);
+      comm.recv(spec, 1, 2);
+    } else if (comm.rank() == 1) {
+      comm.recv(spec, 0, 1);
+      comm.send(buf, 0, 2);
+    }
+  }
+  double rtt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  return rtt / 2;  // one-way time
+}
+
+}  // namespace
+
+MachineProfile measureMachine(const Communicator& comm, const std::string& dir) {
+  MachineProfile m;
+  m.threads = at::get_num_threads();
+  m.blas = blasKind();
+  if (comm.size() >= 2) {
+    const double small = pingPong(comm, 64, 50);
+    const int64_t big = 8 << 20;
+    const double large = pingPong(comm, big, 10);
+    m.p2pLatency = small;
+    m.p2pBandwidth = big / std::max(1e-9, large - small);
+  }
+  if (comm.rank() == 0) {
+    // The CPU swap tier is a file: time writing (with fsync) and reading back 64 MiB.
+    const std::string path = dir + "/.sluice_swap_probe";
+    const size_t bytes = 64u << 20;
+    std::vector<char> data(bytes, 1);
+    auto t0 = std::chrono::steady_clock::now();
+    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    SLUICE_CHECK(fd >= 0, GraphError, "cannot create " << path << " to measure the swap tier");
+    SLUICE_CHECK(::write(fd, data.data(), bytes) == static_cast<ssize_t>(bytes), GraphError, "writing " << path << " failed");
+    ::fsync(fd);
+    ::close(fd);
+    auto t1 = std::chrono::steady_clock::now();
+    fd = ::open(path.c_str(), O_RDONLY);
+    SLUICE_CHECK(fd >= 0 && ::read(fd, data.data(), bytes) == static_cast<ssize_t>(bytes), GraphError,
+                 "reading " << path << " failed");
+    ::close(fd);
+    auto t2 = std::chrono::steady_clock::now();
+    std::remove(path.c_str());
+    m.swapWriteBandwidth = bytes / std::chrono::duration<double>(t1 - t0).count();
+    m.swapReadBandwidth = bytes / std::chrono::duration<double>(t2 - t1).count();
+  }
+  return m;
+}
+
+}  // namespace sluice::partition

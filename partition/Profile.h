@@ -1,0 +1,62 @@
+// partition::Profile: what the partitioner knows about a graph and a machine.
+//
+// profileGraph() runs the graph node by node through the dispatcher. Each
+// node runs on detached copies of its inputs (leaves), so its forward and its
+// backward (torch::autograd::grad of its outputs w.r.t. those leaves) are
+// timed alone; times are medians over `iterations` runs after `warmup` runs.
+// Saved bytes come from saved-tensor hooks during the first run: each
+// distinct activation storage counts once, for the first node that saves it;
+// parameter storages never count (they are in param_bytes).
+// measureMachine() times p2p between ranks 0 and 1 (if the communicator has
+// two or more ranks; collective over it) and the swap tier (a file in `dir`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/Communicator.h"
+#include "core/OpGraph.h"
+
+namespace sluice::partition {
+
+struct NodeProfile {
+  int index = 0;
+  std::string op;
+  double forwardSeconds = 0, backwardSeconds = 0;
+  int64_t outputBytes = 0, savedBytes = 0, paramBytes = 0;
+  bool recomputable = true;
+};
+
+struct MachineProfile {
+  double p2pBandwidth = 0, p2pLatency = 0;  // bytes/s, s
+  double swapWriteBandwidth = 0, swapReadBandwidth = 0;
+  int threads = 1;
+  std::string blas;
+};
+
+struct Profile {
+  std::string graphHash;
+  int iterations = 0;
+  std::vector<NodeProfile> nodes;
+  MachineProfile machine;
+
+  double totalForward() const;
+  double totalBackward() const;
+  int64_t totalSaved() const;
+  // Protobuf, written to a temp file then renamed. load() throws PlanError-like
+  // GraphError on a truncated file and when expectedHash is given and differs.
+  void save(const std::string& path) const;
+  static Profile load(const std::string& path, const std::string& expectedHash = "");
+  std::string summary(int topNodes = 12) const;  // a table a person can read
+};
+
+struct ProfileOptions {
+  int warmup = 3;
+  int iterations = 15;
+};
+
+// inputs: one tensor per graph input, in graph input order (data, params, buffers).
+Profile profileGraph(const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options = {});
+MachineProfile measureMachine(const Communicator& comm, const std::string& dir);
+
+}  // namespace sluice::partition
