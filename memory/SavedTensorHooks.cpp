@@ -65,6 +65,7 @@ void SavedBytesCounter::onPack(const at::Tensor& t) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++packs_;
   if (!t.defined() || !t.has_storage()) return;
+  if (hold_) held_.push_back(t);
   const void* key = t.storage().data();
   if (excluded_.count(key) || !seen_.insert(key).second) return;
   bytes_ += static_cast<int64_t>(t.storage().nbytes());
@@ -91,7 +92,13 @@ int64_t SavedBytesCounter::unpacks() const {
 void SavedBytesCounter::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   seen_.clear();
+  held_.clear();
   bytes_ = packs_ = unpacks_ = 0;
+}
+
+void SavedBytesCounter::holdPackedTensors(bool hold) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  hold_ = hold;
 }
 
 }  // namespace sluice::memory

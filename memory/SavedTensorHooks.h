@@ -53,6 +53,10 @@ class SavedBytesCounter {
   int64_t packs() const;
   int64_t unpacks() const;
   void reset();
+  // Keep a reference to every packed tensor until reset(). Deduplication is by
+  // storage address, so a caller that frees autograd graphs while counting
+  // (the profiler) must hold them, or a reused address would be miscounted.
+  void holdPackedTensors(bool hold);
 
  private:
   friend class CountingHooks;
@@ -61,6 +65,8 @@ class SavedBytesCounter {
   mutable std::mutex mutex_;
   std::unordered_set<const void*> seen_, excluded_;
   int64_t bytes_ = 0, packs_ = 0, unpacks_ = 0;
+  bool hold_ = false;
+  std::vector<at::Tensor> held_;
 };
 
 }  // namespace sluice::memory

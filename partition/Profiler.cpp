@@ -82,6 +82,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   SLUICE_CHECK(inputs.size() == graph.inputs().size(), GraphError,
                "profile: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
   memory::SavedBytesCounter counter;
+  counter.holdPackedTensors(true);  // each node's graph is freed after its backward; see holdPackedTensors
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (g.inputs()[i].kind != InputKind::Data) counter.exclude(inputs[i]);
   }
@@ -182,6 +183,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       }
     }
   }
+  counter.reset();
   for (int i = 0; i < g.numNodes(); ++i) {
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
