@@ -10,10 +10,7 @@ namespace {
 
 bool needsGrad(const ValueInfo& v) { return v.isTensor && v.requiresGrad && c10::isFloatingType(v.dtype); }
 
-TensorSpec specOf(const ValueInfo& v, int64_t microBatchSize) {
-  TensorSpec s{v.shape, v.dtype};
-  return s;
-}
+TensorSpec specOf(const ValueInfo& v) { return TensorSpec{v.shape, v.dtype}; }
 
 }  // namespace
 
@@ -75,12 +72,12 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
     if (a.kind == ActionKind::RecvActivation) {
       for (size_t i = 0; i < nIn; ++i) {
         st.activationRecvs.push_back(
-            comm_.irecv(specOf(stage_.boundaryInputs[i], 0), stage_.index - 1, tag(a.microBatch, i, nIn)));
+            comm_.irecv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, tag(a.microBatch, i, nIn)));
       }
     } else if (a.kind == ActionKind::RecvGrad) {
       for (size_t i = 0; i < nOut; ++i) {
         if (outputNeedsGrad_[i]) {
-          st.gradRecvs.push_back(comm_.irecv(specOf(stage_.outputs[i], 0), stage_.index + 1, tag(a.microBatch, i, nOut)));
+          st.gradRecvs.push_back(comm_.irecv(specOf(stage_.outputs[i]), stage_.index + 1, tag(a.microBatch, i, nOut)));
         }
       }
     }
