@@ -81,8 +81,6 @@ void runWorker(const Config& c) {
   auto world = Communicator::world();
   const int rank = world.rank();
   log::setRank(world.size() > 1 ? rank : -1);
-  SLUICE_CHECK(c.training.globalBatchSize % c.pipeline.dataParallel == 0, ConfigError,
-               "config error: training.global_batch_size must divide by pipeline.data_parallel");
   SLUICE_CHECK(world.size() == c.worldSize(), ConfigError,
                "config error: the job needs pipeline.stages (" << c.pipeline.stages << ") x pipeline.data_parallel ("
                    << c.pipeline.dataParallel << ") = " << c.worldSize() << " ranks but MPI started "
