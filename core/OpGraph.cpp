@@ -5,13 +5,13 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <unordered_set>
 
 #include "core/Error.h"
+#include "core/Files.h"
 #include "sluice_graph.pb.h"
 
 namespace sluice {
@@ -256,16 +256,7 @@ OpGraph OpGraph::fromProtoBytes(const std::string& bytes) {
   return g;
 }
 
-void OpGraph::save(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    SLUICE_CHECK(f, GraphError, "cannot write " << tmp);
-    f << toProtoBytes();
-    SLUICE_CHECK(f.good(), GraphError, "writing " << tmp << " failed");
-  }
-  SLUICE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, GraphError, "cannot rename " << tmp << " to " << path);
-}
+void OpGraph::save(const std::string& path) const { writeFileAtomically(path, toProtoBytes()); }
 
 OpGraph OpGraph::load(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

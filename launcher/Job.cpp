@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/Communicator.h"
 #include "core/Error.h"
+#include "core/Files.h"
 #include "core/GraphSplit.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
@@ -27,16 +27,6 @@ namespace {
 int envInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : fallback;
-}
-
-void writeAtomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    SLUICE_CHECK(f, Error, "cannot write " << tmp);
-    f << text;
-  }
-  fs::rename(tmp, path);
 }
 
 // The torchrun names, for user code and libraries that read them.
@@ -107,7 +97,7 @@ void runWorker(const Config& c) {
   const fs::path out = c.job.outputDir;
   if (rank == 0) {
     fs::create_directories(out / "logs");
-    writeAtomically((out / "config.resolved.yaml").string(), c.toYaml());
+    writeFileAtomically((out / "config.resolved.yaml").string(), c.toYaml());
   }
   world.barrier();
   log::openFile((out / "logs" / ("rank_" + std::to_string(rank) + ".log")).string());

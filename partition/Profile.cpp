@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/Error.h"
+#include "core/Files.h"
 #include "core/SystemInfo.h"
 #include "memory/MemoryAccounting.h"
 #include "sluice_profile.pb.h"
@@ -57,13 +58,7 @@ void Profile::save(const std::string& path) const {
   m->set_swap_read_bytes_per_s(machine.swapReadBandwidth);
   m->set_threads(machine.threads);
   m->set_blas(machine.blas);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    SLUICE_CHECK(f, GraphError, "cannot write " << tmp);
-    SLUICE_CHECK(p.SerializeToOstream(&f), GraphError, "writing " << tmp << " failed");
-  }
-  SLUICE_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, GraphError, "cannot rename " << tmp << " to " << path);
+  writeFileAtomically(path, p.SerializeAsString());
 }
 
 Profile Profile::load(const std::string& path, const std::string& expectedHash) {
