@@ -266,6 +266,22 @@ OpGraph OpGraph::load(const std::string& path) {
   return fromProtoBytes(ss.str());
 }
 
+std::vector<torch::Tensor> tensorsByName(torch::nn::Module& module, const std::vector<std::string>& names) {
+  auto params = module.named_parameters(/*recurse=*/true);
+  auto buffers = module.named_buffers(/*recurse=*/true);
+  std::vector<torch::Tensor> out;
+  for (auto& n : names) {
+    if (auto* p = params.find(n)) {
+      out.push_back(*p);
+    } else if (auto* b = buffers.find(n)) {
+      out.push_back(*b);
+    } else {
+      throw GraphError("the model has no parameter or buffer named '" + n + "'");
+    }
+  }
+  return out;
+}
+
 OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs) {
   std::vector<GraphInput> inputs;
   torch::jit::Stack stack;

@@ -119,4 +119,8 @@ using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& 
 // Traces forward(dataInputs) on module; parameters and buffers become named graph inputs.
 OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs);
 
+// The module's parameters/buffers with these module paths (the names capture()
+// gives graph inputs), in the order given. Throws GraphError for an unknown name.
+std::vector<torch::Tensor> tensorsByName(torch::nn::Module& module, const std::vector<std::string>& names);
+
 }  // namespace sluice

@@ -54,19 +54,7 @@ OpGraph ModelSetup::capture(int64_t microBatchSize) const {
 }
 
 std::vector<torch::Tensor> ModelSetup::tensorsByName(const std::vector<std::string>& names) const {
-  auto params = module->named_parameters(true);
-  auto buffers = module->named_buffers(true);
-  std::vector<torch::Tensor> out;
-  for (auto& n : names) {
-    if (auto* p = params.find(n)) {
-      out.push_back(*p);
-    } else if (auto* b = buffers.find(n)) {
-      out.push_back(*b);
-    } else {
-      throw GraphError("the model has no parameter or buffer named '" + n + "'");
-    }
-  }
-  return out;
+  return sluice::tensorsByName(*module, names);
 }
 
 }  // namespace sluice

@@ -60,7 +60,7 @@ TEST(Capture, CompiledGraphMatchesModule) {
     if (in.kind != InputKind::Data) names.push_back(in.name);
   }
   std::vector<torch::Tensor> inputs{tokens};
-  for (auto& t : test::paramsByName(*gpt, names)) inputs.push_back(t);
+  for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
   StageModule whole(g.graph(), "whole");
   for (int i = 0; i < 3; ++i) {  // the first calls profile, later ones run the optimized graph
     auto out = whole.forward(inputs);

@@ -24,7 +24,7 @@ torch::Tensor runChained(models::Gpt& gpt, const std::vector<StageGraph>& stages
   for (auto& st : stages) {
     StageModule m(st.graph, "stage" + std::to_string(st.index));
     std::vector<torch::Tensor> in = carry;
-    for (auto& p : test::paramsByName(*gpt, st.paramInputs)) in.push_back(p);
+    for (auto& p : tensorsByName(*gpt, st.paramInputs)) in.push_back(p);
     carry = m.forward(in);
     EXPECT_EQ(carry.size(), st.outputs.size());
   }

@@ -19,7 +19,7 @@ std::vector<torch::Tensor> graphInputs(const OpGraph& g, models::Gpt& gpt, const
     if (in.kind != InputKind::Data) names.push_back(in.name);
   }
   std::vector<torch::Tensor> inputs{tokens};
-  for (auto& t : test::paramsByName(*gpt, names)) inputs.push_back(t);
+  for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
   return inputs;
 }
 

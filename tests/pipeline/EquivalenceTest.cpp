@@ -73,7 +73,7 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   }
   auto stages = splitGraph(graph, cuts);
   auto& stage = stages.at(comm.rank());
-  pipeline::StageWorker worker(stage, test::paramsByName(*gpt, stage.paramInputs), comm,
+  pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), comm,
                                pipeline::makeSchedule(schedule, comm.size(), kMicroBatches), lossFn);
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
   std::vector<double> losses;
