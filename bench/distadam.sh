@@ -8,6 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
+source "$root/bench/lib.sh"
 sluice="$root/build/launcher/sluice"
 bash "$root/scripts/setup.sh" --bench >/dev/null
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
@@ -21,15 +22,11 @@ common=(--set data.name=synthetic --set model.layers=$layers --set model.embd=$e
         --set pipeline.microbatches=$m --set training.global_batch_size=$((mbs * m * 2))
         --set job.threads_per_rank=1 --set optimizer.name=dist_adam --set optimizer.schedule=constant
         --set optimizer.warmup_steps=0)
-median() {
-  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 declare -A time bytes
 for mode in hooks after_backward allreduce; do
   "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" --set optimizer.dist_adam.mode=$mode \
     --set job.output_dir="$tmp/$mode" >"$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; exit 1; }
-  time[$mode]=$(median "$tmp/$mode/metrics.jsonl")
+  time[$mode]=$(median_step_time "$tmp/$mode/metrics.jsonl")
   bytes[$mode]=$(grep -o '(\([0-9]*\) bytes)' "$tmp/$mode/logs/rank_0.log" | tr -dc 0-9)
 done
 py=/usr/bin/python3

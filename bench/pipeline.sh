@@ -7,6 +7,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
+source "$root/bench/lib.sh"
 sluice="$root/build/launcher/sluice"
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 steps=${1:-20}
@@ -17,18 +18,13 @@ common=(--set training.steps="$steps" --set logging.interval="$steps" --set pipe
         --set training.micro_batch_size=4 --set training.global_batch_size=$((4 * m)) --set job.threads_per_rank=1
         --set optimizer.schedule=constant --set optimizer.warmup_steps=0)
 
-# median step_time_s after 3 warm-up steps
-median() {
-  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 run() {  # name, extra args...
   local name=$1
   shift
   "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" --set job.output_dir="$tmp/$name" "$@" \
     >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; exit 1; }
-  median "$tmp/$name/metrics.jsonl"
+  median_step_time "$tmp/$name/metrics.jsonl"
 }
 
 echo "bench/pipeline: quickstart GPT, $m micro-batches of 4, $steps steps (median of steps 4..$steps)"

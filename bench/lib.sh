@@ -1,0 +1,7 @@
+# Shared by the benchmarks (sourced).
+
+# median_step_time METRICS_JSONL: median step_time_s after 3 warm-up steps.
+median_step_time() {
+  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
