@@ -42,6 +42,13 @@ class DataError : public Error {
   using Error::Error;
 };
 
+// A plan that cannot be made (no plan fits the budget) or used (another
+// model, truncated file, stage count that differs from the config).
+class PlanError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Optimizer misuse (mismatched parameters, step without gradients, ...).
 class OptimError : public Error {
  public:

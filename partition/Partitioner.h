@@ -1,0 +1,54 @@
+// partition::Partitioner: the stage split and per-node actions that minimise
+// the cost model's step time (CostModel.h) with every stage within budget.
+//
+// Why partitionOptimal is exact
+// 1. For fixed cuts, stages are independent: a stage's actions change only its
+//    own time and memory, and the step time sum t_k + (m-1) max t_k grows with
+//    every t_k, so each stage should take its cheapest actions that fit. Both
+//    actions that free a node's tensors free the same bytes, so only the
+//    cheaper of them is ever worth taking (cheapestFree), and a stage's best
+//    actions are a covering knapsack: free at least `need` units at least cost.
+//    With bytes counted in units of budget/1024 (CostModel.h), a table over
+//    units solves it exactly.
+// 2. Over cuts, for a fixed last stage the step time is monotone in the
+//    earlier stages' (max t, sum t), so only Pareto-optimal prefixes matter:
+//    the DP keeps, for every (stage k, end node j), the Pareto front of
+//    (max, sum) over all splits of nodes [0, j) into k + 1 stages, and extends
+//    each front point by every possible next stage.
+// Complexity: n nodes, p stages, U <= 1024 + n units, F the front size (a few
+// points in practice): O(n^2 * p * F) for the DP plus O(n^2 * U) for the
+// knapsacks, which grow one node at a time for each start node (only while a
+// stage is over budget, and never past the first end node that cannot fit,
+// since the needed units grow at least as fast as the freeable ones).
+// Thread-safe (pure functions).
+#pragma once
+
+#include <vector>
+
+#include "partition/CostModel.h"
+
+namespace sluice::partition {
+
+struct Partition {
+  std::vector<int> cuts;          // stages - 1 increasing node indices
+  std::vector<StageCost> stages;  // with each stage's best actions
+  double stepTime = 0;
+};
+
+// The optimal partition. Throws PlanError when no split fits the budget; the
+// message names the smallest budget with which one would (minimalBudget).
+Partition partitionOptimal(const Problem& problem);
+
+// The best actions for the given cuts. Throws PlanError when a cut is invalid
+// or a stage cannot fit the budget with every freeable tensor freed.
+Partition partitionWithCuts(const Problem& problem, const std::vector<int>& cuts);
+
+// The cheapest actions for one stage (what partitionOptimal uses). fits = false
+// when even freeing every freeable tensor is not enough.
+StageCost bestStage(const Problem& problem, int stage, int first, int end);
+
+// The smallest per-stage budget (bytes) with which partitionOptimal finds a
+// plan; -1 when none does (e.g. more stages than valid cuts).
+int64_t minimalBudget(const Problem& problem);
+
+}  // namespace sluice::partition
