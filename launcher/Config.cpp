@@ -203,16 +203,22 @@ void validate(Config& c) {
   require(in(o.schedule, {"constant", "cosine"}), "optimizer.schedule must be constant or cosine, got '" + o.schedule + "'");
   require(o.warmupSteps >= 0, "optimizer.warmup_steps must be >= 0, got " + std::to_string(o.warmupSteps));
   require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
+  require(in(p.partitionMethod, {"profile", "uniform", "parameters"}),
+          "pipeline.partition.method must be profile, uniform or parameters, got '" + p.partitionMethod + "'");
+  require(p.plan.empty() || p.cuts.empty(), "pipeline.plan and pipeline.cuts both set: give one of them");
+  require(p.plan.empty() || std::filesystem::exists(p.plan),
+          "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");
+  require(c.memory.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(c.memory.budgetMb));
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
 }
 
 Config parse(const YAML::Node& root) {
-  static const std::set<std::string> sections{"job", "model", "data", "training", "pipeline", "optimizer", "logging"};
+  static const std::set<std::string> sections{"job", "model", "data", "training", "pipeline", "optimizer", "memory", "logging"};
   for (auto it = root.begin(); it != root.end(); ++it) {
     auto key = it->first.as<std::string>();
     SLUICE_CHECK(sections.count(key), ConfigError,
                  "config error: unknown section '" << key
-                                                   << "'. Sections: job, model, data, training, pipeline, optimizer, logging");
+                                                   << "'. Sections: job, model, data, training, pipeline, optimizer, memory, logging");
   }
   Config c;
   MapReader job(root, "job");
@@ -249,7 +255,14 @@ Config parse(const YAML::Node& root) {
   pipeline.get("data_parallel", c.pipeline.dataParallel);
   pipeline.get("cuts", c.pipeline.cuts);
   pipeline.get("execution", c.pipeline.execution);
+  pipeline.get("plan", c.pipeline.plan);
+  auto partition = pipeline.child("partition");
+  partition.get("method", c.pipeline.partitionMethod);
+  partition.finish();
   pipeline.finish();
+  MapReader memory(root, "memory");
+  memory.get("budget_mb", c.memory.budgetMb);
+  memory.finish();
   MapReader opt(root, "optimizer");
   opt.get("name", c.optimizer.name);
   opt.get("lr", c.optimizer.lr);
@@ -266,6 +279,7 @@ Config parse(const YAML::Node& root) {
   opt.finish();
   MapReader logging(root, "logging");
   logging.get("interval", c.logging.interval);
+  logging.get("measure_memory", c.logging.measureMemory);
   logging.finish();
   validate(c);
   return c;
@@ -323,7 +337,11 @@ std::string Config::toYaml() const {
     << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
-    << pipeline.execution << YAML::EndMap;
+    << pipeline.execution << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
+    << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
+    << YAML::EndMap << YAML::EndMap;
+  e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value
+    << memory.budgetMb << YAML::EndMap;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << optimizer.name << YAML::Key << "lr" << YAML::Value << optimizer.lr << YAML::Key << "beta1" << YAML::Value
     << optimizer.beta1 << YAML::Key << "beta2" << YAML::Value << optimizer.beta2 << YAML::Key << "eps" << YAML::Value
@@ -333,7 +351,7 @@ std::string Config::toYaml() const {
     << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::EndMap
     << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
-    << logging.interval << YAML::EndMap;
+    << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

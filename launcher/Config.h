@@ -49,7 +49,9 @@ struct PipelineConfig {
   std::string schedule = "1f1b";   // gpipe | 1f1b
   int microbatches = 0;            // 0 = global_batch_size / (micro_batch_size x data_parallel)
   int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
-  std::vector<int> cuts;           // explicit node indices; empty = equal node counts
+  std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method
+  std::string plan;                // pipeline.plan: a plan file from `sluice partition` (wins over partition.method)
+  std::string partitionMethod = "profile";  // pipeline.partition.method: profile | uniform | parameters
   std::string execution = "compiled";  // compiled | eager (node by node)
 };
 
@@ -66,8 +68,13 @@ struct OptimizerConfig {
   double minLr = 0.0;                 // floor of the cosine schedule
 };
 
+struct MemoryConfig {
+  double budgetMb = 0;  // memory.budget_mb: per stage (MiB); 0 = no limit
+};
+
 struct LoggingConfig {
-  int64_t interval = 10;  // steps between progress lines (and loss reads)
+  int64_t interval = 10;        // steps between progress lines (and loss reads)
+  bool measureMemory = false;   // logging.measure_memory: count saved-tensor bytes while training (rank logs)
 };
 
 struct Config {
@@ -77,6 +84,7 @@ struct Config {
   TrainingConfig training;
   PipelineConfig pipeline;
   OptimizerConfig optimizer;
+  MemoryConfig memory;
   LoggingConfig logging;
 
   int worldSize() const { return pipeline.stages * pipeline.dataParallel; }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "core/Communicator.h"
@@ -17,7 +18,9 @@
 #include "memory/MemoryAccounting.h"
 #include "optim/DistAdam.h"
 #include "optim/LrSchedule.h"
-#include "partition/EqualCuts.h"
+#include "launcher/Planning.h"
+#include "memory/SavedTensorHooks.h"
+#include "partition/Plan.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
@@ -60,6 +63,19 @@ std::string settingsTable(const Config& c, int threads, const std::vector<int>& 
   return os.str();
 }
 
+// Swap and recompute are planned but not executed yet: a plan that needs them
+// is refused rather than run over its budget.
+void requireKeepOnly(const partition::Plan& plan, const std::string& origin) {
+  if (!plan.freesTensors()) return;
+  int64_t keepAll = 0;
+  for (auto& s : plan.stages) keepAll = std::max(keepAll, s.staticBytes + s.inFlight * s.savedBytes);
+  throw PlanError("plan " + origin + " swaps or recomputes the saved tensors of " + std::to_string(plan.decisions.size()) +
+                  " nodes to fit memory.budget_mb, and this version of Sluice does not execute swap or recompute yet. "
+                  "With every tensor kept, these cuts need " + memory::formatBytes(keepAll) +
+                  " per stage: raise memory.budget_mb to at least " + std::to_string((keepAll + (1 << 20) - 1) >> 20) +
+                  " or use more stages");
+}
+
 }  // namespace
 
 int threadsForRank(const Config& config, int cores, int ranksOnNode) {
@@ -82,7 +98,14 @@ void runWorker(const Config& c) {
   auto setup = makeModelSetup(c);
   auto graph = setup.capture(c.training.microBatchSize);
   const int stages = c.pipeline.stages;
-  std::vector<int> cuts = c.pipeline.cuts.empty() ? partition::equalNodeCuts(graph, stages) : c.pipeline.cuts;
+  // The split: pipeline.cuts if given, else pipeline.plan, else a plan made now (pipeline.partition.method).
+  std::vector<int> cuts = c.pipeline.cuts;
+  std::optional<partition::Plan> plan;
+  if (cuts.empty() && (stages > 1 || !c.pipeline.plan.empty())) {
+    plan = planForJob(c, setup, graph, world, fs::temp_directory_path().string());
+    cuts = plan->cuts();
+    requireKeepOnly(*plan, c.pipeline.plan.empty() ? "the plan made for this job" : c.pipeline.plan);
+  }
   auto stageGraphs = splitGraph(graph, cuts);
   // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
   // replica's stages are a pipeline communicator (rank == stage); each stage's
@@ -104,6 +127,10 @@ void runWorker(const Config& c) {
   if (rank == 0) {
     log::info("resolved config\n" + c.toYaml() + settingsTable(c, threads, cuts, graph.numNodes()) + "data: " +
               setup.dataset->describe());
+    if (plan) {
+      plan->save((out / "plan.pb").string());
+      log::info("plan (" + (out / "plan.pb").string() + ")\n" + plan->table());
+    }
     if (c.pipeline.microbatches < stages) {
       log::warn("pipeline.microbatches (" + std::to_string(c.pipeline.microbatches) + ") < pipeline.stages (" +
                 std::to_string(stages) + "): most ranks idle most of the step; use at least " +
@@ -116,6 +143,12 @@ void runWorker(const Config& c) {
                                pipeline::makeSchedule(c.pipeline.schedule, stages, c.pipeline.microbatches),
                                setup.loss, mode);
   auto params = worker.trainableParameters();
+  std::unique_ptr<memory::LiveSavedBytes> savedBytes;
+  if (c.logging.measureMemory) {
+    savedBytes = std::make_unique<memory::LiveSavedBytes>();
+    for (auto& t : setup.tensorsByName(stage.paramInputs)) savedBytes->exclude(t);
+    worker.measureSavedBytes(savedBytes.get());
+  }
   log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
             std::to_string(stage.endNode) + "), " + std::to_string(params.size()) + " parameter tensors (" +
             memory::formatBytes(memory::tensorBytes(params)) + "), " + std::to_string(stage.boundaryInputs.size()) +
@@ -145,7 +178,10 @@ void runWorker(const Config& c) {
 
   const int m = c.pipeline.microbatches;
   const int64_t mbs = c.training.microBatchSize;
+  const int64_t warmSteps = std::min<int64_t>(2, c.training.steps - 1);  // compute times count after these
+  pipeline::ComputeTimes warm;
   for (int64_t step = 0; step < c.training.steps; ++step) {
+    if (step == warmSteps) warm = worker.computeTimes();
     auto t0 = std::chrono::steady_clock::now();
     // Each data-parallel rank trains on its own disjoint rows of the global batch.
     auto global = setup.dataset->batch(step, c.training.globalBatchSize);
@@ -185,6 +221,17 @@ void runWorker(const Config& c) {
                 stage.index, c.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
   log::info(buf);
+  const auto& ct = worker.computeTimes();
+  const double mbsTimed = std::max<int64_t>(1, ct.forwards - warm.forwards);
+  std::snprintf(buf, sizeof(buf), "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after %lld warm-up steps)",
+                stage.index, 1e3 * (ct.forwardSeconds - warm.forwardSeconds) / mbsTimed,
+                1e3 * (ct.backwardSeconds - warm.backwardSeconds) / mbsTimed,
+                static_cast<long long>(ct.forwards - warm.forwards), static_cast<long long>(warmSteps));
+  log::info(buf);
+  if (savedBytes) {
+    log::info("stage " + std::to_string(stage.index) + " saved activations: peak " +
+              std::to_string(savedBytes->peakBytes()) + " bytes (" + memory::formatBytes(savedBytes->peakBytes()) + ")");
+  }
   if (metrics) log::info("metrics: " + (out / "metrics.jsonl").string());
   world.barrier();
   log::closeFile();

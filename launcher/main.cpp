@@ -2,6 +2,7 @@
 // a message and an exit code (2: bad config or usage, 1: failure at run time).
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -16,6 +17,8 @@
 #include "launcher/Job.h"
 #include "launcher/Launch.h"
 #include "launcher/ModelSetup.h"
+#include "launcher/Planning.h"
+#include "partition/Plan.h"
 #include "partition/Profile.h"
 
 namespace {
@@ -33,10 +36,16 @@ constexpr const char* kUsage =
     "  profile CONFIG -o FILE [--set key=value]...\n"
     "                                      time every node (forward, backward), measure saved-tensor\n"
     "                                      bytes, p2p and swap bandwidth; write a Profile (protobuf)\n"
+    "  partition CONFIG --profile FILE -o FILE [--budget-mb N] [--method profile|uniform|parameters]\n"
+    "                                      choose the stage split and per-tensor keep/swap/recompute\n"
+    "                                      actions from a profile; write a Plan (protobuf) for\n"
+    "                                      pipeline.plan (defaults: memory.budget_mb and\n"
+    "                                      pipeline.partition.method from the config)\n"
+    "  plan show FILE                      print a plan: one row per stage with its predictions\n"
     "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
 
 struct Args {
-  std::string command, config, output;
+  std::string command, config, output, profile, method, budgetMb;
   std::vector<std::string> overrides;
 };
 
@@ -46,9 +55,14 @@ Args parseArgs(int argc, char** argv) {
   a.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string s = argv[i];
-    if (s == "--set" || s == "-o") {
+    if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb") {
       if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);
-      (s == "--set" ? a.overrides.emplace_back(argv[++i]) : a.output = argv[++i]);
+      std::string v = argv[++i];
+      if (s == "--set") a.overrides.push_back(v);
+      if (s == "-o") a.output = v;
+      if (s == "--profile") a.profile = v;
+      if (s == "--method") a.method = v;
+      if (s == "--budget-mb") a.budgetMb = v;
     } else if (s.rfind("--set=", 0) == 0) {
       a.overrides.push_back(s.substr(6));
     } else if (!s.empty() && s[0] == '-') {
@@ -105,15 +119,7 @@ int runProfile(const Args& a, int argc, char** argv) {
     if (world.rank() == 0) {
       auto setup = sluice::makeModelSetup(config);
       auto graph = setup.capture(config.training.microBatchSize);
-      std::vector<std::string> names;
-      for (auto& in : graph.inputs()) {
-        if (in.kind != sluice::InputKind::Data) names.push_back(in.name);
-      }
-      std::vector<torch::Tensor> inputs{setup.dataset->batch(0, config.training.microBatchSize).input};
-      for (auto& t : setup.tensorsByName(names)) inputs.push_back(t);
-      sluice::log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
-                        std::to_string(config.training.microBatchSize) + " ...");
-      auto profile = sluice::partition::profileGraph(graph, inputs);
+      auto profile = sluice::profileModel(config, setup, graph);
       profile.machine = machine;
       profile.save(a.output);
       std::cout << profile.summary() << "wrote " << a.output << std::endl;
@@ -124,6 +130,37 @@ int runProfile(const Args& a, int argc, char** argv) {
     sluice::Communicator::abortAll(1);
   }
   sluice::Communicator::finalize();
+  return 0;
+}
+
+// The flags win over the config: --method over pipeline.partition.method,
+// --budget-mb over memory.budget_mb (both checked like config values).
+int runPartition(Args a) {
+  if (a.output.empty() || a.profile.empty()) {
+    throw sluice::ConfigError("sluice: partition needs --profile FILE and -o FILE\n\n" + std::string(kUsage));
+  }
+  if (!a.method.empty()) a.overrides.push_back("pipeline.partition.method=" + a.method);
+  if (!a.budgetMb.empty()) a.overrides.push_back("memory.budget_mb=" + a.budgetMb);
+  auto config = sluice::Config::load(a.config, a.overrides);
+  auto setup = sluice::makeModelSetup(config);
+  auto graph = setup.capture(config.training.microBatchSize);
+  auto profile = sluice::partition::Profile::load(a.profile, graph.hash());
+  auto settings = sluice::planSettings(config);
+  std::cerr << "sluice: partitioning " << graph.numNodes() << " nodes into " << settings.stages << " stages (method "
+            << settings.method << ") ..." << std::endl;
+  auto t0 = std::chrono::steady_clock::now();
+  auto plan = sluice::partition::makePlan(graph, profile, settings);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  plan.save(a.output);
+  std::cout << plan.table() << "planned in " << seconds << " s; wrote " << a.output << std::endl;
+  return 0;
+}
+
+int runPlanShow(int argc, char** argv) {
+  if (argc != 4 || std::strcmp(argv[2], "show") != 0) {
+    throw sluice::ConfigError("sluice: usage: sluice plan show FILE\n\n" + std::string(kUsage));
+  }
+  std::cout << sluice::partition::Plan::load(argv[3]).table();
   return 0;
 }
 
@@ -163,11 +200,13 @@ int main(int argc, char** argv) {
       std::cout << kUsage;
       return 0;
     }
+    if (argc >= 2 && std::strcmp(argv[1], "plan") == 0) return runPlanShow(argc, argv);
     Args a = parseArgs(argc, argv);
     if (a.config.empty()) throw sluice::ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + kUsage);
     if (a.command == "train" || a.command == "worker") return runTrainOrWorker(a, argc, argv);
     if (a.command == "graph") return runGraph(a);
     if (a.command == "profile") return runProfile(a, argc, argv);
+    if (a.command == "partition") return runPartition(a);
     throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
   } catch (const sluice::ConfigError& e) {
     std::cerr << e.what() << std::endl;

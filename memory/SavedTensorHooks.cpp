@@ -101,4 +101,70 @@ void SavedBytesCounter::holdPackedTensors(bool hold) {
   hold_ = hold;
 }
 
+class LiveHooks : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit LiveHooks(LiveSavedBytes* owner) : owner_(owner) {}
+  ~LiveHooks() override {
+    if (key_) owner_->onRelease(key_);
+  }
+  void call_pack_hook(const at::Tensor& tensor) override {
+    key_ = owner_->onPack(tensor);
+    kept_ = tensor;
+  }
+  at::Tensor call_unpack_hook() override { return kept_; }
+
+ private:
+  LiveSavedBytes* owner_;
+  const void* key_ = nullptr;
+  at::Tensor kept_;
+};
+
+HooksFactory LiveSavedBytes::factory() {
+  return [this] { return std::make_unique<LiveHooks>(this); };
+}
+
+void LiveSavedBytes::exclude(const torch::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tensor.defined() && tensor.has_storage()) excluded_.insert(tensor.storage().data());
+}
+
+const void* LiveSavedBytes::onPack(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const void* key = t.storage().data();
+  if (excluded_.count(key)) return nullptr;
+  auto& entry = live_[key];
+  if (entry.first++ == 0) {
+    entry.second = static_cast<int64_t>(t.storage().nbytes());
+    bytes_ += entry.second;
+    peak_ = std::max(peak_, bytes_);
+  }
+  return key;
+}
+
+void LiveSavedBytes::onRelease(const void* key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(key);
+  if (it == live_.end()) return;
+  if (--it->second.first == 0) {
+    bytes_ -= it->second.second;
+    live_.erase(it);
+  }
+}
+
+int64_t LiveSavedBytes::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
+int64_t LiveSavedBytes::peakBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_;
+}
+
+void LiveSavedBytes::resetPeak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = bytes_;
+}
+
 }  // namespace sluice::memory

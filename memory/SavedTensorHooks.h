@@ -69,4 +69,27 @@ class SavedBytesCounter {
   std::vector<at::Tensor> held_;
 };
 
+// Keeps saved tensors as they are and tracks the bytes of distinct activation
+// storages alive in autograd graphs: a storage counts from its first pack
+// until the last saved variable holding it is freed (after its backward), so
+// peakBytes() is the high-water mark of saved activations, in-flight
+// micro-batches included. Thread-safe.
+class LiveSavedBytes {
+ public:
+  HooksFactory factory();
+  void exclude(const torch::Tensor& tensor);  // e.g. parameters
+  int64_t bytes() const;
+  int64_t peakBytes() const;
+  void resetPeak();
+
+ private:
+  friend class LiveHooks;
+  const void* onPack(const at::Tensor& t);  // key to release, or nullptr when not counted
+  void onRelease(const void* key);
+  mutable std::mutex mutex_;
+  std::unordered_map<const void*, std::pair<int64_t, int64_t>> live_;  // storage -> (holders, bytes)
+  std::unordered_set<const void*> excluded_;
+  int64_t bytes_ = 0, peak_ = 0;
+};
+
 }  // namespace sluice::memory

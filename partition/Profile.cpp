@@ -51,6 +51,9 @@ void Profile::save(const std::string& path) const {
     pn->set_param_bytes(n.paramBytes);
     pn->set_recomputable(n.recomputable);
   }
+  p.set_loss_forward_s(lossForwardSeconds);
+  p.set_loss_backward_s(lossBackwardSeconds);
+  p.set_micro_batch_size(microBatchSize);
   auto* m = p.mutable_machine();
   m->set_p2p_bandwidth_bytes_per_s(machine.p2pBandwidth);
   m->set_p2p_latency_s(machine.p2pLatency);
@@ -77,6 +80,9 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
     out.nodes.push_back({pn.index(), pn.op(), pn.forward_s(), pn.backward_s(), pn.output_bytes(), pn.saved_bytes(),
                          pn.param_bytes(), pn.recomputable()});
   }
+  out.lossForwardSeconds = p.loss_forward_s();
+  out.lossBackwardSeconds = p.loss_backward_s();
+  out.microBatchSize = p.micro_batch_size();
   auto& m = p.machine();
   out.machine = {m.p2p_bandwidth_bytes_per_s(), m.p2p_latency_s(), m.swap_write_bytes_per_s(),
                  m.swap_read_bytes_per_s(), m.threads(), m.blas()};
@@ -89,6 +95,9 @@ std::string Profile::summary(int topNodes) const {
   std::snprintf(buf, sizeof(buf), "profile of graph %s: %zu nodes, forward %.2f ms, backward %.2f ms, saved %s\n",
                 graphHash.c_str(), nodes.size(), 1e3 * totalForward(), 1e3 * totalBackward(),
                 memory::formatBytes(totalSaved()).c_str());
+  os << buf;
+  std::snprintf(buf, sizeof(buf), "loss (last stage): forward %.2f ms, backward %.2f ms, micro-batch size %d\n",
+                1e3 * lossForwardSeconds, 1e3 * lossBackwardSeconds, microBatchSize);
   os << buf;
   std::snprintf(buf, sizeof(buf), "machine: p2p %.0f MB/s, latency %.1f us; swap write %.0f MB/s, read %.0f MB/s; %d threads, %s\n",
                 machine.p2pBandwidth / 1e6, machine.p2pLatency * 1e6, machine.swapWriteBandwidth / 1e6,

@@ -11,7 +11,9 @@
 // two or more ranks; collective over it) and the swap tier (a file in `dir`).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/Communicator.h"
@@ -39,6 +41,8 @@ struct Profile {
   int iterations = 0;
   std::vector<NodeProfile> nodes;
   MachineProfile machine;
+  double lossForwardSeconds = 0, lossBackwardSeconds = 0;
+  int microBatchSize = 0;
 
   double totalForward() const;
   double totalBackward() const;
@@ -57,6 +61,9 @@ struct ProfileOptions {
 
 // inputs: one tensor per graph input, in graph input order (data, params, buffers).
 Profile profileGraph(const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options = {});
+// Median forward and backward seconds of loss(output) (output made a leaf).
+std::pair<double, double> profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss,
+                                      const torch::Tensor& output, const ProfileOptions& options = {});
 MachineProfile measureMachine(const Communicator& comm, const std::string& dir);
 
 }  // namespace sluice::partition

@@ -191,4 +191,22 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   return profile;
 }
 
+std::pair<double, double> profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss,
+                                      const torch::Tensor& output, const ProfileOptions& options) {
+  std::vector<double> fwd, bwd;
+  for (int run = 0; run < options.warmup + options.iterations; ++run) {
+    auto leaf = output.detach().requires_grad_(output.is_floating_point());
+    auto t0 = Clock::now();
+    auto l = loss(leaf);
+    auto t1 = Clock::now();
+    if (leaf.requires_grad()) l.backward();
+    auto t2 = Clock::now();
+    if (run >= options.warmup) {
+      fwd.push_back(seconds(t0, t1));
+      bwd.push_back(seconds(t1, t2));
+    }
+  }
+  return {median(fwd), median(bwd)};
+}
+
 }  // namespace sluice::partition

@@ -1,6 +1,8 @@
 #include "pipeline/StageWorker.h"
 
+#include <chrono>
 #include <map>
+#include <optional>
 
 #include "core/Error.h"
 
@@ -102,12 +104,19 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         if (isFirst()) st.inputs = {mb.input};
         std::vector<torch::Tensor> in = st.inputs;
         in.insert(in.end(), params_.begin(), params_.end());
-        st.outputs = module_.forward(in);
+        const auto t0 = std::chrono::steady_clock::now();
+        {
+          std::optional<memory::SavedTensorScope> scope;  // the stage graph's tensors only, not the loss's
+          if (savedBytes_) scope.emplace(savedBytes_->factory());
+          st.outputs = module_.forward(in);
+        }
         if (isLast()) {
           st.loss = lossFn_(st.outputs.at(0), mb.target) / m;
           auto detached = st.loss.detach();
           lossSum = lossSum.defined() ? lossSum + detached : detached;
         }
+        times_.forwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++times_.forwards;
         break;
       }
       case ActionKind::SendActivation: {
@@ -127,6 +136,7 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         break;
       }
       case ActionKind::Backward: {
+        const auto t0 = std::chrono::steady_clock::now();
         if (isLast()) {
           st.loss.backward();
         } else {
@@ -142,6 +152,8 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         st.outputs.clear();
         st.outputGrads.clear();
         st.loss = torch::Tensor();
+        times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++times_.backwards;
         break;
       }
       case ActionKind::SendGrad: {

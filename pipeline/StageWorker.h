@@ -25,6 +25,7 @@
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
 #include "core/StageModule.h"
+#include "memory/SavedTensorHooks.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice::pipeline {
@@ -35,6 +36,13 @@ struct MicroBatch {
 };
 
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+
+// Wall time of this stage's compute (forward incl. the loss on the last
+// stage; backward), summed over micro-batches since construction.
+struct ComputeTimes {
+  double forwardSeconds = 0, backwardSeconds = 0;
+  int64_t forwards = 0, backwards = 0;
+};
 
 class StageWorker {
  public:
@@ -51,6 +59,9 @@ class StageWorker {
   std::vector<torch::Tensor> trainableParameters() const;
   const StageGraph& stage() const { return stage_; }
   const StageModule& module() const { return module_; }
+  const ComputeTimes& computeTimes() const { return times_; }
+  // Count saved-tensor bytes of this stage's forwards with `counter` (nullptr: off).
+  void measureSavedBytes(memory::LiveSavedBytes* counter) { savedBytes_ = counter; }
   bool isFirst() const { return stage_.index == 0; }
   bool isLast() const { return stage_.index == schedule_.stages - 1; }
 
@@ -66,6 +77,8 @@ class StageWorker {
   StageModule module_;
   std::vector<bool> inputNeedsGrad_;   // per boundary input
   std::vector<bool> outputNeedsGrad_;  // per output
+  ComputeTimes times_;
+  memory::LiveSavedBytes* savedBytes_ = nullptr;
 };
 
 }  // namespace sluice::pipeline

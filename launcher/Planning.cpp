@@ -1,0 +1,80 @@
+#include "launcher/Planning.h"
+
+#include <cstring>
+
+#include "core/Error.h"
+#include "core/Log.h"
+
+namespace sluice {
+
+partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph) {
+  std::vector<std::string> names;
+  for (auto& in : graph.inputs()) {
+    if (in.kind != InputKind::Data) names.push_back(in.name);
+  }
+  auto batch = setup.dataset->batch(0, c.training.microBatchSize);
+  std::vector<torch::Tensor> inputs{batch.input};
+  for (auto& t : setup.tensorsByName(names)) inputs.push_back(t);
+  log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
+            std::to_string(c.training.microBatchSize) + " ...");
+  auto profile = partition::profileGraph(graph, inputs);
+  torch::Tensor output;
+  {
+    torch::NoGradGuard noGrad;
+    output = setup.forward({batch.input});
+  }
+  auto target = batch.target;
+  auto loss = setup.loss;
+  std::tie(profile.lossForwardSeconds, profile.lossBackwardSeconds) =
+      partition::profileLoss([&](const torch::Tensor& out) { return loss(out, target); }, output);
+  profile.microBatchSize = static_cast<int>(c.training.microBatchSize);
+  return profile;
+}
+
+partition::PlanSettings planSettings(const Config& c) {
+  partition::PlanSettings s;
+  s.method = c.pipeline.partitionMethod;
+  s.stages = c.pipeline.stages;
+  s.microBatches = c.pipeline.microbatches;
+  s.schedule = c.pipeline.schedule;
+  s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
+  s.dataParallel = c.pipeline.dataParallel;
+  s.distAdam = c.optimizer.name == "dist_adam";
+  return s;
+}
+
+partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGraph& graph, const Communicator& world,
+                           const std::string& scratchDir) {
+  if (!c.pipeline.plan.empty()) {
+    auto plan = partition::Plan::load(c.pipeline.plan);
+    plan.checkMatches(graph, c.pipeline.stages, c.pipeline.plan);
+    return plan;
+  }
+  auto machine = partition::measureMachine(world, scratchDir);  // collective: ranks 0 and 1 time p2p
+  // Rank 0 plans; a failure there must reach every rank, so the bytes carry it.
+  std::string bytes, failure;
+  if (world.rank() == 0) {
+    try {
+      auto profile = profileModel(c, setup, graph);
+      profile.machine = machine;
+      auto plan = partition::makePlan(graph, profile, planSettings(c));
+      bytes = plan.toBytes();
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  auto send = [&](std::string& s) {
+    auto size = torch::tensor({static_cast<int64_t>(s.size())}, torch::kInt64);
+    world.broadcast(size, 0);
+    auto buf = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
+    if (world.rank() == 0) std::memcpy(buf.data_ptr(), s.data(), s.size());
+    world.broadcast(buf, 0);
+    s.assign(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
+  };
+  send(failure);
+  if (!failure.empty()) throw PlanError(failure);
+  send(bytes);
+  return partition::Plan::fromBytes(bytes, "from rank 0");
+}
+
+}  // namespace sluice

@@ -1,0 +1,29 @@
+// launcher planning: from a Config to a Profile and a Plan.
+//
+// profileModel() profiles the captured graph on a real micro-batch of the
+// configured shape (rank-local; the caller supplies the machine numbers).
+// planSettings() maps the config (pipeline.*, memory.budget_mb, optimizer)
+// onto partition::PlanSettings. planForJob() is what every training rank
+// calls (collective over `world`): it loads pipeline.plan and checks it
+// against the graph, or, without one, has rank 0 profile and partition with
+// pipeline.partition.method and broadcasts the plan bytes, so all ranks run
+// the same plan. Throws PlanError / ConfigError.
+#pragma once
+
+#include <string>
+
+#include "core/Communicator.h"
+#include "core/OpGraph.h"
+#include "launcher/Config.h"
+#include "launcher/ModelSetup.h"
+#include "partition/Plan.h"
+#include "partition/Profile.h"
+
+namespace sluice {
+
+partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph);
+partition::PlanSettings planSettings(const Config& config);
+partition::Plan planForJob(const Config& config, const ModelSetup& setup, const OpGraph& graph,
+                           const Communicator& world, const std::string& scratchDir);
+
+}  // namespace sluice

@@ -1,0 +1,357 @@
+#include "partition/Plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "core/Error.h"
+#include "core/Files.h"
+#include "core/GraphSplit.h"
+#include "memory/MemoryAccounting.h"
+#include "sluice_plan.pb.h"
+
+namespace sluice::partition {
+namespace {
+
+constexpr const char* kFormat = "sluice-plan-1";
+
+Action parseAction(const std::string& s, const std::string& origin) {
+  if (s == "swap") return Action::Swap;
+  if (s == "recompute") return Action::Recompute;
+  throw PlanError("plan " + origin + ": unknown action '" + s + "'");
+}
+
+// Among valid cuts after `after` that leave room for `remaining` more cuts,
+// the one nearest to target (ties: the earlier).
+int nearestValidCut(const std::vector<int>& valid, double target, int after, int remaining) {
+  int best = -1;
+  for (size_t i = 0; i < valid.size(); ++i) {
+    if (valid[i] <= after || valid.size() - i - 1 < static_cast<size_t>(remaining)) continue;
+    if (best < 0 || std::abs(valid[i] - target) < std::abs(best - target)) best = valid[i];
+  }
+  SLUICE_CHECK(best >= 0, PlanError, "partition: too few valid cut points for this many stages");
+  return best;
+}
+
+}  // namespace
+
+std::vector<int> Plan::cuts() const {
+  std::vector<int> out;
+  for (size_t k = 1; k < stages.size(); ++k) out.push_back(stages[k].firstNode);
+  return out;
+}
+
+std::string Plan::toBytes() const {
+  proto::Plan p;
+  p.set_format(kFormat);
+  p.set_graph_hash(graphHash);
+  p.set_method(method);
+  p.set_schedule(schedule);
+  p.set_microbatches(microBatches);
+  p.set_micro_batch_size(microBatchSize);
+  p.set_data_parallel(dataParallel);
+  p.set_budget_bytes(budgetBytes);
+  p.set_step_time_s(stepTime);
+  p.set_bubble_fraction(bubbleFraction);
+  p.set_profile_blas(profileBlas);
+  p.set_profile_threads(profileThreads);
+  for (auto& s : stages) {
+    auto* q = p.add_stages();
+    q->set_index(s.index);
+    q->set_first_node(s.firstNode);
+    q->set_end_node(s.endNode);
+    for (auto& b : s.boundaryInputs) q->add_boundary_inputs(b);
+    for (auto& b : s.params) q->add_params(b);
+    q->set_param_bytes(s.paramBytes);
+    q->set_in_flight(s.inFlight);
+    q->set_forward_s(s.forward);
+    q->set_backward_s(s.backward);
+    q->set_comm_s(s.comm);
+    q->set_swap_s(s.swap);
+    q->set_recompute_s(s.recompute);
+    q->set_loss_s(s.loss);
+    q->set_time_s(s.time);
+    q->set_saved_bytes(s.savedBytes);
+    q->set_kept_bytes(s.keptBytes);
+    q->set_swapped_bytes(s.swappedBytes);
+    q->set_recomputed_bytes(s.recomputedBytes);
+    q->set_static_bytes(s.staticBytes);
+    q->set_peak_bytes(s.peakBytes);
+  }
+  for (auto& d : decisions) {
+    auto* q = p.add_decisions();
+    q->set_node(d.node);
+    q->set_stage(d.stage);
+    q->set_op(d.op);
+    q->set_bytes(d.bytes);
+    q->set_action(actionName(d.action));
+  }
+  return p.SerializeAsString();
+}
+
+void Plan::save(const std::string& path) const { writeFileAtomically(path, toBytes()); }
+
+Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
+  proto::Plan p;
+  SLUICE_CHECK(p.ParseFromString(bytes) && p.format() == kFormat && !p.graph_hash().empty() && p.stages_size() > 0,
+               PlanError,
+               "plan " << origin << " is truncated or not a Sluice plan; make it again with `sluice partition`");
+  Plan out;
+  out.graphHash = p.graph_hash();
+  out.method = p.method();
+  out.schedule = p.schedule();
+  out.microBatches = p.microbatches();
+  out.microBatchSize = p.micro_batch_size();
+  out.dataParallel = p.data_parallel();
+  out.budgetBytes = p.budget_bytes();
+  out.stepTime = p.step_time_s();
+  out.bubbleFraction = p.bubble_fraction();
+  out.profileBlas = p.profile_blas();
+  out.profileThreads = p.profile_threads();
+  int expectFirst = 0;
+  for (auto& q : p.stages()) {
+    PlanStage s;
+    s.index = q.index();
+    s.firstNode = q.first_node();
+    s.endNode = q.end_node();
+    SLUICE_CHECK(s.index == static_cast<int>(out.stages.size()) && s.firstNode == expectFirst && s.endNode > s.firstNode,
+                 PlanError, "plan " << origin << " is inconsistent: stage " << s.index << " covers [" << s.firstNode
+                                    << ", " << s.endNode << ")");
+    expectFirst = s.endNode;
+    s.boundaryInputs.assign(q.boundary_inputs().begin(), q.boundary_inputs().end());
+    s.params.assign(q.params().begin(), q.params().end());
+    s.paramBytes = q.param_bytes();
+    s.inFlight = q.in_flight();
+    s.forward = q.forward_s();
+    s.backward = q.backward_s();
+    s.comm = q.comm_s();
+    s.swap = q.swap_s();
+    s.recompute = q.recompute_s();
+    s.loss = q.loss_s();
+    s.time = q.time_s();
+    s.savedBytes = q.saved_bytes();
+    s.keptBytes = q.kept_bytes();
+    s.swappedBytes = q.swapped_bytes();
+    s.recomputedBytes = q.recomputed_bytes();
+    s.staticBytes = q.static_bytes();
+    s.peakBytes = q.peak_bytes();
+    out.stages.push_back(std::move(s));
+  }
+  for (auto& q : p.decisions()) {
+    out.decisions.push_back({q.node(), q.stage(), q.op(), q.bytes(), parseAction(q.action(), origin)});
+  }
+  return out;
+}
+
+Plan Plan::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  SLUICE_CHECK(f, PlanError, "cannot open plan " << path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return fromBytes(os.str(), path);
+}
+
+void Plan::checkMatches(const OpGraph& graph, int stageCount, const std::string& origin) const {
+  SLUICE_CHECK(graphHash == graph.hash(), PlanError,
+               "plan " << origin << " was made for another model or batch shape (graph hash " << graphHash
+                       << "; this config captures " << graph.hash()
+                       << "): make a plan for this config with `sluice profile` and `sluice partition`");
+  SLUICE_CHECK(static_cast<int>(stages.size()) == stageCount, PlanError,
+               "plan " << origin << " has " << stages.size() << " stages but pipeline.stages is " << stageCount);
+  SLUICE_CHECK(stages.back().endNode == graph.numNodes(), PlanError,
+               "plan " << origin << " ends at node " << stages.back().endNode << " but the graph has "
+                       << graph.numNodes());
+}
+
+std::string Plan::table() const {
+  std::ostringstream os;
+  char buf[400];
+  auto mib = [](int64_t b) { return memory::formatBytes(b); };
+  std::snprintf(buf, sizeof(buf), "plan for graph %s: method %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
+                graphHash.c_str(), method.c_str(), schedule.c_str(), microBatches, microBatchSize, dataParallel,
+                budgetBytes > 0 ? (mib(budgetBytes) + " per stage").c_str() : "none");
+  os << buf;
+  std::snprintf(buf, sizeof(buf), "%5s %14s %10s %8s %8s %8s %8s %8s  %-23s %10s %10s\n", "stage", "nodes", "params",
+                "fwd ms", "bwd ms", "comm ms", "extra ms", "time ms", "peak memory / budget", "swapped", "recomputed");
+  os << buf;
+  for (auto& s : stages) {
+    const std::string range = "[" + std::to_string(s.firstNode) + ", " + std::to_string(s.endNode) + ")";
+    const std::string memory = mib(s.peakBytes) + " / " + (budgetBytes > 0 ? mib(budgetBytes) : std::string("-"));
+    std::snprintf(buf, sizeof(buf), "%5d %14s %10s %8.2f %8.2f %8.2f %8.2f %8.2f  %-23s %10s %10s\n", s.index,
+                  range.c_str(), mib(s.paramBytes).c_str(), 1e3 * s.forward, 1e3 * s.backward, 1e3 * s.comm,
+                  1e3 * (s.swap + s.recompute + s.loss), 1e3 * s.time, memory.c_str(), mib(s.swappedBytes).c_str(),
+                  mib(s.recomputedBytes).c_str());
+    os << buf;
+  }
+  std::snprintf(buf, sizeof(buf),
+                "predicted step time %.2f ms (bubble %.1f%%); extra = loss + swap + recompute; peak memory = "
+                "parameters, gradients, optimizer state + in-flight x kept activations\n",
+                1e3 * stepTime, 100 * bubbleFraction);
+  os << buf;
+  if (!decisions.empty()) {
+    os << decisions.size() << " nodes' saved tensors are not kept:\n";
+    for (auto& d : decisions) {
+      std::snprintf(buf, sizeof(buf), "  stage %d node %5d %-24s %10s %s\n", d.stage, d.node, d.op.c_str(),
+                    mib(d.bytes).c_str(), actionName(d.action));
+      os << buf;
+    }
+  }
+  return os.str();
+}
+
+Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
+  SLUICE_CHECK(profile.graphHash == graph.hash() && static_cast<int>(profile.nodes.size()) == graph.numNodes(),
+               PlanError, "the profile was made for another graph (hash " << profile.graphHash << ", this config "
+                                                                          << "captures " << graph.hash() << ")");
+  Problem p;
+  const int n = graph.numNodes();
+  for (auto& node : profile.nodes) {
+    p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.savedBytes, node.paramBytes, node.recomputable});
+  }
+  p.cutBytes.assign(n + 1, 0);
+  p.validCut.assign(n + 1, 0);
+  p.validCut[0] = p.validCut[n] = 1;
+  for (int c : graph.validCuts()) {
+    p.validCut[c] = 1;
+    for (auto& v : graph.liveAcross(c)) p.cutBytes[c] += v.bytes();
+  }
+  p.lossSeconds = profile.lossForwardSeconds + profile.lossBackwardSeconds;
+  p.p2pBandwidth = profile.machine.p2pBandwidth;
+  p.p2pLatency = profile.machine.p2pLatency;
+  const auto& m = profile.machine;
+  p.swapSecondsPerByte = m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
+                             ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
+                             : 0.0;
+  p.stages = st.stages;
+  p.microBatches = st.microBatches;
+  SLUICE_CHECK(st.schedule == "gpipe" || st.schedule == "1f1b", PlanError,
+               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b)");
+  p.gpipe = st.schedule == "gpipe";
+  p.budgetBytes = st.budgetBytes;
+  // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
+  p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
+  p.validate();
+  return p;
+}
+
+std::vector<int> uniformCuts(const OpGraph& graph, int stages) {
+  // The block of a node: the number in the first numbered module path it reads ("h.3.attn..." -> 3).
+  static const std::regex numbered(R"(^[A-Za-z_]+\.(\d+)\.)");
+  std::map<int, int> firstNodeOfBlock;
+  for (auto& n : graph.nodes()) {
+    for (auto& name : n.params) {
+      std::smatch m;
+      if (std::regex_search(name, m, numbered)) {
+        firstNodeOfBlock.emplace(std::stoi(m[1]), n.index);
+        break;
+      }
+    }
+  }
+  const int blocks = static_cast<int>(firstNodeOfBlock.size());
+  SLUICE_CHECK(blocks >= stages, PlanError,
+               "partition: method uniform splits numbered blocks (module paths like h.3.), and this model has "
+                   << blocks << ", fewer than " << stages << " stages; use --method profile or parameters");
+  std::vector<int> starts;
+  for (auto& [block, node] : firstNodeOfBlock) starts.push_back(node);
+  auto valid = graph.validCuts();
+  std::vector<int> cuts;
+  for (int k = 1; k < stages; ++k) {
+    const int target = starts[static_cast<size_t>(k) * blocks / stages];
+    cuts.push_back(nearestValidCut(valid, target, cuts.empty() ? 0 : cuts.back(), stages - 1 - k));
+  }
+  return cuts;
+}
+
+std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
+  const int n = graph.numNodes();
+  std::vector<int64_t> prefix(n + 1, 0);
+  std::map<std::string, int64_t> bytes;
+  for (auto& in : graph.inputs()) bytes[in.name] = in.value.bytes();
+  std::map<std::string, bool> seen;
+  for (auto& node : graph.nodes()) {
+    int64_t b = 0;
+    for (auto& name : node.params) {
+      if (!seen[name]) seen[name] = true, b += bytes[name];
+    }
+    prefix[node.index + 1] = prefix[node.index] + b;
+  }
+  auto valid = graph.validCuts();
+  std::vector<int> cuts;
+  for (int k = 1; k < stages; ++k) {
+    const double target = static_cast<double>(k) * prefix[n] / stages;
+    // The valid cut whose parameter prefix is nearest the target share.
+    int best = -1;
+    for (size_t i = 0; i < valid.size(); ++i) {
+      const int c = valid[i];
+      if ((!cuts.empty() && c <= cuts.back()) || valid.size() - i - 1 < static_cast<size_t>(stages - 1 - k)) continue;
+      if (best < 0 || std::abs(prefix[c] - target) < std::abs(prefix[best] - target)) best = c;
+    }
+    SLUICE_CHECK(best >= 0, PlanError, "partition: too few valid cut points for " << stages << " stages");
+    cuts.push_back(best);
+  }
+  return cuts;
+}
+
+Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
+  auto problem = makeProblem(graph, profile, st);
+  Partition part;
+  if (st.method == "profile") {
+    part = partitionOptimal(problem);
+  } else if (st.method == "uniform") {
+    part = partitionWithCuts(problem, uniformCuts(graph, st.stages));
+  } else if (st.method == "parameters") {
+    part = partitionWithCuts(problem, parameterCuts(graph, st.stages));
+  } else {
+    throw PlanError("partition: unknown method '" + st.method + "' (profile | uniform | parameters)");
+  }
+  auto split = splitGraph(graph, part.cuts);
+  Plan plan;
+  plan.graphHash = graph.hash();
+  plan.method = st.method;
+  plan.schedule = st.schedule;
+  plan.microBatches = st.microBatches;
+  plan.microBatchSize = profile.microBatchSize;
+  plan.dataParallel = st.dataParallel;
+  plan.budgetBytes = st.budgetBytes;
+  plan.profileBlas = profile.machine.blas;
+  plan.profileThreads = profile.machine.threads;
+  plan.stepTime = part.stepTime;
+  double busy = 0;
+  for (auto& s : part.stages) {
+    PlanStage ps;
+    ps.index = s.stage;
+    ps.firstNode = s.first;
+    ps.endNode = s.end;
+    ps.inFlight = s.inFlight;
+    for (auto& v : split[s.stage].boundaryInputs) ps.boundaryInputs.push_back(v.name);
+    ps.params = split[s.stage].paramInputs;
+    ps.paramBytes = s.paramBytes;
+    ps.forward = s.forward;
+    ps.backward = s.backward;
+    ps.comm = s.comm;
+    ps.swap = s.swap;
+    ps.recompute = s.recompute;
+    ps.loss = s.loss;
+    ps.time = s.time;
+    ps.savedBytes = s.savedBytes;
+    ps.keptBytes = s.keptBytes;
+    ps.swappedBytes = s.swappedBytes;
+    ps.recomputedBytes = s.recomputedBytes;
+    ps.staticBytes = s.staticBytes;
+    ps.peakBytes = s.peakBytes;
+    for (auto [node, action] : s.freed) {
+      plan.decisions.push_back({node, s.stage, graph.nodes()[node].op, profile.nodes[node].savedBytes, action});
+    }
+    busy += st.microBatches * s.time;
+    plan.stages.push_back(std::move(ps));
+  }
+  // Idle share of the step, averaged over stages.
+  plan.bubbleFraction = part.stepTime > 0 ? 1.0 - busy / (st.stages * part.stepTime) : 0.0;
+  return plan;
+}
+
+}  // namespace sluice::partition

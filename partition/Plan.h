@@ -1,0 +1,79 @@
+// partition::Plan: what `sluice partition` writes and `sluice train` runs.
+//
+// A Plan is a stage split of one captured graph (keyed by its hash: the model
+// and the micro-batch shape), the per-node memory actions of each stage, and
+// the cost model's predictions (CostModel.h). makePlan() builds one from a
+// Profile with one of three methods:
+//   profile     the exact optimum of the cost model (Partitioner.h);
+//   uniform     equal numbers of transformer blocks per stage (Megatron's
+//               split): blocks are the numbered module paths, e.g. "h.3.";
+//   parameters  equal parameter bytes per stage (DeepSpeed's
+//               partition_method=parameters).
+// uniform and parameters get the cost model's best memory actions for their
+// cuts, so the three are compared on equal terms.
+// save() writes a temp file and renames it; load() throws PlanError for a
+// missing, truncated or foreign file; checkMatches() throws PlanError when the
+// plan was made for another graph or stage count.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/OpGraph.h"
+#include "partition/Partitioner.h"
+#include "partition/Profile.h"
+
+namespace sluice::partition {
+
+struct PlanSettings {
+  std::string method = "profile";  // profile | uniform | parameters
+  int stages = 1;
+  int microBatches = 1;
+  std::string schedule = "1f1b";   // gpipe | 1f1b
+  int64_t budgetBytes = 0;         // per stage; 0: none
+  int dataParallel = 1;
+  bool distAdam = false;           // optimizer state sharded over dataParallel
+};
+
+struct PlanStage {
+  int index = 0, firstNode = 0, endNode = 0, inFlight = 0;
+  std::vector<std::string> boundaryInputs, params;
+  int64_t paramBytes = 0;
+  double forward = 0, backward = 0, comm = 0, swap = 0, recompute = 0, loss = 0, time = 0;
+  int64_t savedBytes = 0, keptBytes = 0, swappedBytes = 0, recomputedBytes = 0, staticBytes = 0, peakBytes = 0;
+};
+
+struct TensorDecision {
+  int node = 0, stage = 0;
+  std::string op;
+  int64_t bytes = 0;
+  Action action = Action::Keep;
+};
+
+struct Plan {
+  std::string graphHash, method, schedule, profileBlas;
+  int microBatches = 1, microBatchSize = 0, dataParallel = 1, profileThreads = 0;
+  int64_t budgetBytes = 0;
+  std::vector<PlanStage> stages;
+  std::vector<TensorDecision> decisions;  // swap and recompute only
+  double stepTime = 0, bubbleFraction = 0;
+
+  std::vector<int> cuts() const;
+  bool freesTensors() const { return !decisions.empty(); }
+  void save(const std::string& path) const;
+  std::string toBytes() const;
+  static Plan fromBytes(const std::string& bytes, const std::string& origin);
+  static Plan load(const std::string& path);
+  void checkMatches(const OpGraph& graph, int stages, const std::string& origin) const;
+  // One row per stage: nodes, params, predicted time, memory vs budget, swapped/recomputed bytes.
+  std::string table() const;
+};
+
+// The cost-model inputs for a graph and its profile (which must match).
+Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
+std::vector<int> uniformCuts(const OpGraph& graph, int stages);
+std::vector<int> parameterCuts(const OpGraph& graph, int stages);
+// Throws PlanError (no plan fits; an unknown method) or GraphError.
+Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
+
+}  // namespace sluice::partition
