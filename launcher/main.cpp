@@ -149,7 +149,9 @@ int runPartition(Args a) {
   std::cerr << "sluice: partitioning " << graph.numNodes() << " nodes into " << settings.stages << " stages (method "
             << settings.method << ") ..." << std::endl;
   auto t0 = std::chrono::steady_clock::now();
-  auto plan = sluice::partition::makePlan(graph, profile, settings);
+  if (!config.pipeline.cuts.empty()) settings.method = "cuts";  // predictions for the user's own cuts
+  auto plan = settings.method == "cuts" ? sluice::partition::planForCuts(graph, profile, settings, config.pipeline.cuts)
+                                        : sluice::partition::makePlan(graph, profile, settings);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   plan.save(a.output);
   std::cout << plan.table() << "planned in " << seconds << " s; wrote " << a.output << std::endl;

@@ -289,8 +289,10 @@ Partition partitionOptimal(const Problem& p) {
     os << "partition: no split into " << p.stages << " stages fits the budget of " << formatMiB(p.budgetBytes)
        << " per stage";
     if (need > 0) {
-      os << "; the smallest budget that fits is " << formatMiB(need) << ": set memory.budget_mb to at least "
-         << (need + (1 << 20) - 1) / (1 << 20) << " (or pass --budget-mb)";
+      // In MiB, rounded up to 1/100 so that the number given fits.
+      const double mib = std::ceil(static_cast<double>(need) * 100.0 / (1 << 20)) / 100.0;
+      os << "; the smallest budget that fits is " << formatMiB(need) << ": set memory.budget_mb to at least " << mib
+         << " (or pass --budget-mb)";
     }
     throw PlanError(os.str());
   }

@@ -296,18 +296,9 @@ std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
   return cuts;
 }
 
-Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
-  auto problem = makeProblem(graph, profile, st);
-  Partition part;
-  if (st.method == "profile") {
-    part = partitionOptimal(problem);
-  } else if (st.method == "uniform") {
-    part = partitionWithCuts(problem, uniformCuts(graph, st.stages));
-  } else if (st.method == "parameters") {
-    part = partitionWithCuts(problem, parameterCuts(graph, st.stages));
-  } else {
-    throw PlanError("partition: unknown method '" + st.method + "' (profile | uniform | parameters)");
-  }
+namespace {
+
+Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Partition& part) {
   auto split = splitGraph(graph, part.cuts);
   Plan plan;
   plan.graphHash = graph.hash();
@@ -352,6 +343,21 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   // Idle share of the step, averaged over stages.
   plan.bubbleFraction = part.stepTime > 0 ? 1.0 - busy / (st.stages * part.stepTime) : 0.0;
   return plan;
+}
+
+}  // namespace
+
+Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
+  if (st.method == "uniform") return planForCuts(graph, profile, st, uniformCuts(graph, st.stages));
+  if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, st.stages));
+  SLUICE_CHECK(st.method == "profile", PlanError,
+               "partition: unknown method '" << st.method << "' (profile | uniform | parameters)");
+  return toPlan(graph, profile, st, partitionOptimal(makeProblem(graph, profile, st)));
+}
+
+Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {
+  splitGraph(graph, cuts);  // GraphError naming nearby valid cuts when one is invalid
+  return toPlan(graph, profile, st, partitionWithCuts(makeProblem(graph, profile, st), cuts));
 }
 
 }  // namespace sluice::partition

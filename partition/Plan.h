@@ -75,5 +75,9 @@ std::vector<int> uniformCuts(const OpGraph& graph, int stages);
 std::vector<int> parameterCuts(const OpGraph& graph, int stages);
 // Throws PlanError (no plan fits; an unknown method) or GraphError.
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
+// The plan for given cuts (settings.method is recorded as given): the best
+// memory actions for them and the predictions.
+Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& settings,
+                 const std::vector<int>& cuts);
 
 }  // namespace sluice::partition

@@ -9,9 +9,13 @@
 // equivalent formulas and float sums round differently (~1e-7 relative per
 // op). Over 10 AdamW steps this stays far below 1e-5 relative in the loss.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
+#include "partition/Plan.h"
 #include "pipeline/StageWorker.h"
 #include "tests/TestUtil.h"
 
@@ -56,19 +60,56 @@ std::vector<double> referenceLosses() {
   return losses;
 }
 
+enum class Split { None, InsideBlock, PlanInsideBlock, PlanOptimal };
+
+// A plan through its file (rank 0 writes, both read), as `sluice train` uses
+// pipeline.plan. Both ranks are children of one mpirun: its pid names the file.
+std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, const OpGraph& graph,
+                                  const std::vector<int>& given) {
+  const std::string path = "/tmp/sluice_equivalence_plan_" + std::to_string(::getppid()) + ".pb";
+  if (comm.rank() == 0) {
+    std::vector<std::string> names;
+    for (auto& in : graph.inputs()) {
+      if (in.kind != InputKind::Data) names.push_back(in.name);
+    }
+    std::vector<torch::Tensor> inputs{batchFor(0, 64)[0].input};
+    for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
+    auto profile = partition::profileGraph(graph, inputs, {1, 3});
+    partition::PlanSettings settings;
+    settings.stages = comm.size();
+    settings.microBatches = kMicroBatches;
+    auto plan = given.empty() ? partition::makePlan(graph, profile, settings)
+                              : partition::planForCuts(graph, profile, settings, given);
+    plan.save(path);
+  }
+  comm.barrier();
+  auto plan = partition::Plan::load(path);
+  plan.checkMatches(graph, comm.size(), path);
+  comm.barrier();
+  if (comm.rank() == 0) std::remove(path.c_str());
+  return plan.cuts();
+}
+
 // Losses on the last stage; empty on other ranks.
-std::vector<double> pipelineLosses(const Communicator& comm, const std::string& schedule, bool cut) {
+std::vector<double> pipelineLosses(const Communicator& comm, const std::string& schedule, Split split) {
   torch::manual_seed(kSeed);
   models::Gpt gpt(test::tinyGpt(2));
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   std::vector<int> cuts;
-  if (cut) {
+  if (split == Split::InsideBlock || split == Split::PlanInsideBlock) {
     // Inside block 0, after its attention softmax (the residual crosses).
     for (auto& n : graph.nodes()) {
       if (n.op == "aten::softmax") {
         cuts.push_back(n.index + 1);
         break;
       }
+    }
+  }
+  if (split == Split::PlanInsideBlock || split == Split::PlanOptimal) {
+    auto given = cuts;
+    cuts = cutsFromPlanFile(comm, gpt, graph, given);
+    if (!given.empty()) {
+      EXPECT_EQ(cuts, given) << "the plan file must carry the cut inside block 0";
     }
   }
   auto stages = splitGraph(graph, cuts);
@@ -100,12 +141,26 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   auto ref = referenceLosses();
   EXPECT_LT(ref.back(), ref.front()) << "the reference run should learn something";
-  expectSameLosses(pipelineLosses(Communicator::self(), "1f1b", false), ref, "1 stage");
-  auto gpipe = pipelineLosses(world, "gpipe", true);
-  auto ofob = pipelineLosses(world, "1f1b", true);
+  expectSameLosses(pipelineLosses(Communicator::self(), "1f1b", Split::None), ref, "1 stage");
+  auto gpipe = pipelineLosses(world, "gpipe", Split::InsideBlock);
+  auto ofob = pipelineLosses(world, "1f1b", Split::InsideBlock);
   if (world.rank() == 1) {
     expectSameLosses(gpipe, ref, "2 stages gpipe");
     expectSameLosses(ofob, ref, "2 stages 1f1b");
+  }
+}
+
+// The same contract for splits that come from plan files: a plan for the cut
+// inside block 0, and the partitioner's own optimum.
+TEST(Equivalence, PlansMatchSingleProcessAdamW) {
+  auto world = Communicator::world();
+  ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
+  auto ref = referenceLosses();
+  auto inside = pipelineLosses(world, "1f1b", Split::PlanInsideBlock);
+  auto optimal = pipelineLosses(world, "1f1b", Split::PlanOptimal);
+  if (world.rank() == 1) {
+    expectSameLosses(inside, ref, "2 stages, plan cutting inside block 0");
+    expectSameLosses(optimal, ref, "2 stages, the partitioner's plan");
   }
 }
 

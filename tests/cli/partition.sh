@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `sluice profile` -> `sluice partition` (three methods) -> `sluice plan show`
+# -> `sluice train` with pipeline.plan, whose losses must equal 1-stage
+# training; and the errors: a plan for another model, a truncated plan, a
+# budget too small (names the smallest that fits), a plan whose actions this
+# version cannot execute, a profile of another model.
+source "$(dirname "$0")/lib.sh"
+CFG="$ROOT/configs/quickstart.yaml"
+small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
+       --set training.steps=8 --set logging.interval=4)
+"$SLUICE" profile "$CFG" "${small[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+
+for method in profile uniform parameters; do
+  "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/$method.pb" --method "$method" \
+    >"$TMP/$method.log" 2>&1 || { cat "$TMP/$method.log"; fail "partition --method $method"; }
+  grep -q "method $method" "$TMP/$method.log" || fail "$method: table lacks the method"
+done
+"$SLUICE" plan show "$TMP/profile.pb" >"$TMP/show.log" || fail "plan show"
+grep -qE "^ +0 +\[0, [0-9]+\)" "$TMP/show.log" && grep -qE "^ +1 +\[[0-9]+, [0-9]+\)" "$TMP/show.log" &&
+  grep -q "predicted step time" "$TMP/show.log" || { cat "$TMP/show.log"; fail "plan show lacks stage rows"; }
+echo "ok: profile, partition (3 methods), plan show"
+
+# The plan drives training, and the losses are those of one stage.
+"$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=1 --set job.output_dir="$TMP/one" >/dev/null 2>&1 || fail "train 1 stage"
+"$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/profile.pb" \
+  --set job.output_dir="$TMP/planned" >"$TMP/planned.log" 2>&1 || { cat "$TMP/planned.log"; fail "train with plan"; }
+cut=$(awk '/^ +1 +\[/ {gsub(/[\[,]/, "", $2); print $2}' "$TMP/show.log")
+grep -q "cuts at \[$cut\]" "$TMP/planned/logs/rank_0.log" || fail "training did not use the plan's cut $cut"
+[ -s "$TMP/planned/plan.pb" ] || fail "the plan used is not in the output folder"
+paste <(losses "$TMP/one/metrics.jsonl") <(losses "$TMP/planned/metrics.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1 }
+  END { printf "plan (cut %s) vs 1 stage: %d steps, max relative loss difference %g\n", cut, NR, max; exit bad || NR != 8 }' \
+  cut="$cut" || fail "losses with the plan differ from 1 stage"
+
+# Errors: non-zero exit, a message naming the fix, nothing written.
+"$SLUICE" partition "$CFG" "${small[@]}" --set model.layers=3 --profile "$TMP/prof.pb" -o "$TMP/x.pb" >"$TMP/other_profile.log" 2>&1 &&
+  fail "a profile of another model was accepted"
+grep -q "profile this config again" "$TMP/other_profile.log" || fail "other-profile message"
+"$SLUICE" profile "$CFG" "${small[@]}" --set model.layers=3 -o "$TMP/prof3.pb" >/dev/null 2>&1 || fail "profile 3 layers"
+"$SLUICE" partition "$CFG" "${small[@]}" --set model.layers=3 --profile "$TMP/prof3.pb" -o "$TMP/other.pb" >/dev/null 2>&1 ||
+  fail "partition 3 layers"
+expect_failure other_model "was made for another model or batch shape" "$TMP/out_other" -- \
+  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/other.pb" --set job.output_dir="$TMP/out_other"
+head -c 100 "$TMP/profile.pb" >"$TMP/truncated.pb"
+expect_failure truncated_plan "is truncated or not a Sluice plan" "$TMP/out_trunc" -- \
+  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/truncated.pb" --set job.output_dir="$TMP/out_trunc"
+expect_failure truncated_show "is truncated or not a Sluice plan" "$TMP/none" -- "$SLUICE" plan show "$TMP/truncated.pb"
+expect_failure budget_too_small "the smallest budget that fits is" "$TMP/tiny.pb" -- \
+  "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/tiny.pb" --budget-mb 0.05
+needed=$(grep -o "set memory.budget_mb to at least [0-9.]*" "$TMP/budget_too_small.log" | awk '{print $NF}')
+"$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/fits.pb" --budget-mb "$needed" >"$TMP/fits.log" 2>&1 ||
+  { cat "$TMP/fits.log"; fail "the named budget $needed MiB does not fit"; }
+grep -q "nodes' saved tensors are not kept" "$TMP/fits.log" || fail "the smallest budget needs no swap/recompute?"
+echo "ok: the named budget ($needed MiB) fits, with swap/recompute"
+expect_failure frees_tensors "does not execute swap or recompute yet" "$TMP/out_frees" -- \
+  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/fits.pb" --set job.output_dir="$TMP/out_frees"
+expect_failure missing_plan "does not exist" "$TMP/out_missing" -- \
+  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/nope.pb" --set job.output_dir="$TMP/out_missing"
+expect_failure bad_method "pipeline.partition.method must be" "$TMP/y.pb" -- \
+  "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/y.pb" --method fastest
+echo "ok: partition and plan errors"
