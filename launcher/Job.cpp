@@ -228,6 +228,16 @@ void runWorker(const Config& c) {
                 1e3 * (ct.backwardSeconds - warm.backwardSeconds) / mbsTimed,
                 static_cast<long long>(ct.forwards - warm.forwards), static_cast<long long>(warmSteps));
   log::info(buf);
+  if (plan) {
+    const auto& ps = plan->stages.at(stage.index);
+    std::snprintf(buf, sizeof(buf),
+                  "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f), "
+                  "saved activations peak %lld bytes (%d in flight x %lld kept)",
+                  stage.index, 1e3 * (ps.forward + ps.backward + ps.loss), 1e3 * ps.forward, 1e3 * ps.backward,
+                  1e3 * ps.loss, static_cast<long long>(ps.inFlight * ps.keptBytes), ps.inFlight,
+                  static_cast<long long>(ps.keptBytes));
+    log::info(buf);
+  }
   if (savedBytes) {
     log::info("stage " + std::to_string(stage.index) + " saved activations: peak " +
               std::to_string(savedBytes->peakBytes()) + " bytes (" + memory::formatBytes(savedBytes->peakBytes()) + ")");

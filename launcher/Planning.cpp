@@ -51,14 +51,15 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
     return plan;
   }
   auto machine = partition::measureMachine(world, scratchDir);  // collective: ranks 0 and 1 time p2p
-  // Rank 0 plans; a failure there must reach every rank, so the bytes carry it.
+  // Every rank profiles at once (the machine loaded as in training); rank 0
+  // plans with the averaged times. A failure there reaches every rank in the bytes.
+  auto profile = profileModel(c, setup, graph);
+  partition::averageOverRanks(profile, world);
+  profile.machine = machine;
   std::string bytes, failure;
   if (world.rank() == 0) {
     try {
-      auto profile = profileModel(c, setup, graph);
-      profile.machine = machine;
-      auto plan = partition::makePlan(graph, profile, planSettings(c));
-      bytes = plan.toBytes();
+      bytes = partition::makePlan(graph, profile, planSettings(c)).toBytes();
     } catch (const Error& e) {
       failure = e.what();
     }

@@ -99,14 +99,14 @@ int runGraph(const Args& a) {
   return 0;
 }
 
-// Profiles on rank 0; ranks 0 and 1 also time p2p, so the command runs on 2 ranks.
+// Runs on 2 ranks: both profile at once (node times averaged), ranks 0 and 1
+// time p2p, rank 0 writes the file.
 int runProfile(const Args& a, int argc, char** argv) {
   if (a.output.empty()) throw sluice::ConfigError("sluice: profile needs -o FILE\n\n" + std::string(kUsage));
   auto config = sluice::Config::load(a.config, a.overrides);
   if (!sluice::Communicator::launchedByMpi()) {
     auto plan = sluice::localMpirunPlan(2, sluice::selfExecutable(), a.config, a.overrides, sluice::hardwareCores(),
                                         geteuid() == 0, "profile", {"-o", a.output});
-    plan.env.push_back({"OMPI_MCA_mpi_yield_when_idle", "1"});  // rank 1 mostly waits
     sluice::execPlan(plan);
   }
   sluice::Communicator::initialize(&argc, &argv);
@@ -116,10 +116,12 @@ int runProfile(const Args& a, int argc, char** argv) {
     at::set_num_threads(sluice::threadsForRank(config, sluice::hardwareCores(), world.size()));
     std::string dir = std::filesystem::path(a.output).parent_path().string();
     auto machine = sluice::partition::measureMachine(world, dir.empty() ? "." : dir);
+    // Both ranks profile at once, loading the machine as 2-rank training does.
+    auto setup = sluice::makeModelSetup(config);
+    auto graph = setup.capture(config.training.microBatchSize);
+    auto profile = sluice::profileModel(config, setup, graph);
+    sluice::partition::averageOverRanks(profile, world);
     if (world.rank() == 0) {
-      auto setup = sluice::makeModelSetup(config);
-      auto graph = setup.capture(config.training.microBatchSize);
-      auto profile = sluice::profileModel(config, setup, graph);
       profile.machine = machine;
       profile.save(a.output);
       std::cout << profile.summary() << "wrote " << a.output << std::endl;

@@ -142,6 +142,19 @@ double pingPong(const Communicator& comm, int64_t bytes, int reps) {
 
 }  // namespace
 
+void averageOverRanks(Profile& profile, const Communicator& comm) {
+  const int64_t n = static_cast<int64_t>(profile.nodes.size());
+  auto times = torch::zeros({2 * n + 2}, torch::kFloat64);
+  auto* t = times.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) t[i] = profile.nodes[i].forwardSeconds, t[n + i] = profile.nodes[i].backwardSeconds;
+  t[2 * n] = profile.lossForwardSeconds;
+  t[2 * n + 1] = profile.lossBackwardSeconds;
+  comm.allReduce(times, ReduceOp::Average);
+  for (int64_t i = 0; i < n; ++i) profile.nodes[i].forwardSeconds = t[i], profile.nodes[i].backwardSeconds = t[n + i];
+  profile.lossForwardSeconds = t[2 * n];
+  profile.lossBackwardSeconds = t[2 * n + 1];
+}
+
 MachineProfile measureMachine(const Communicator& comm, const std::string& dir) {
   MachineProfile m;
   m.threads = at::get_num_threads();

@@ -64,6 +64,10 @@ Profile profileGraph(const OpGraph& graph, const std::vector<torch::Tensor>& inp
 // Median forward and backward seconds of loss(output) (output made a leaf).
 std::pair<double, double> profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss,
                                       const torch::Tensor& output, const ProfileOptions& options = {});
+// Averages node and loss times over the ranks of comm (collective; every rank
+// must have profiled the same graph). Profiling on every rank at once loads the
+// machine as training does (shared caches, memory bandwidth, clock boost).
+void averageOverRanks(Profile& profile, const Communicator& comm);
 MachineProfile measureMachine(const Communicator& comm, const std::string& dir);
 
 }  // namespace sluice::partition
