@@ -282,6 +282,22 @@ std::vector<torch::Tensor> tensorsByName(torch::nn::Module& module, const std::v
   return out;
 }
 
+std::vector<torch::Tensor> graphInputs(const OpGraph& graph, torch::nn::Module& module,
+                                       const std::vector<torch::Tensor>& data) {
+  std::vector<std::string> names;
+  for (auto& in : graph.inputs()) {
+    if (in.kind != InputKind::Data) names.push_back(in.name);
+  }
+  SLUICE_CHECK(graph.inputs().size() - names.size() == data.size(), GraphError,
+               "the graph has " << graph.inputs().size() - names.size() << " data inputs, got " << data.size()
+                                << " tensors");
+  auto named = tensorsByName(module, names);
+  std::vector<torch::Tensor> out;
+  size_t d = 0, p = 0;
+  for (auto& in : graph.inputs()) out.push_back(in.kind == InputKind::Data ? data[d++] : named[p++]);
+  return out;
+}
+
 OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs) {
   std::vector<GraphInput> inputs;
   torch::jit::Stack stack;

@@ -123,4 +123,10 @@ OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::
 // gives graph inputs), in the order given. Throws GraphError for an unknown name.
 std::vector<torch::Tensor> tensorsByName(torch::nn::Module& module, const std::vector<std::string>& names);
 
+// One tensor per graph input, in graph input order: the data inputs from
+// `data` (in order), parameters and buffers from `module` by name. Throws
+// GraphError when the number of data tensors differs from the graph's.
+std::vector<torch::Tensor> graphInputs(const OpGraph& graph, torch::nn::Module& module,
+                                       const std::vector<torch::Tensor>& data);
+
 }  // namespace sluice

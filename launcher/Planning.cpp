@@ -8,13 +8,8 @@
 namespace sluice {
 
 partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph) {
-  std::vector<std::string> names;
-  for (auto& in : graph.inputs()) {
-    if (in.kind != InputKind::Data) names.push_back(in.name);
-  }
   auto batch = setup.dataset->batch(0, c.training.microBatchSize);
-  std::vector<torch::Tensor> inputs{batch.input};
-  for (auto& t : setup.tensorsByName(names)) inputs.push_back(t);
+  auto inputs = graphInputs(graph, *setup.module, {batch.input});
   log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
             std::to_string(c.training.microBatchSize) + " ...");
   auto profile = partition::profileGraph(graph, inputs);

@@ -34,15 +34,20 @@ struct Item {
 };
 
 // Covering knapsack: best[v] = least seconds to free at least v units with the
-// items added so far. add() is O(capacity).
+// items added so far. add() is O(capacity); with `took` it records, per v,
+// whether this item is in the best choice so far (to read the choice back).
 class Knapsack {
  public:
   void reset(int64_t capacity) { best_.assign(capacity + 1, kInf), best_[0] = 0; }
   int64_t capacity() const { return static_cast<int64_t>(best_.size()) - 1; }
-  void add(const Item& it) {
+  void add(const Item& it, std::vector<char>* took = nullptr) {
+    if (took) took->assign(best_.size(), 0);
     for (int64_t v = capacity(); v >= 1; --v) {
       const double via = best_[std::max<int64_t>(0, v - it.units)] + it.seconds;
-      if (via < best_[v]) best_[v] = via;
+      if (via < best_[v]) {
+        best_[v] = via;
+        if (took) (*took)[v] = 1;
+      }
     }
   }
   double at(int64_t v) const { return best_[v]; }
@@ -191,17 +196,11 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
     s.fits = false;
     return s;
   }
-  // The same knapsack as Knapsack, with a table of choices to read the actions back.
-  const size_t cols = static_cast<size_t>(need) + 1;
-  std::vector<double> best(cols, kInf);
-  best[0] = 0;
-  std::vector<std::vector<char>> took(items.size(), std::vector<char>(cols, 0));
-  for (size_t x = 0; x < items.size(); ++x) {
-    for (int64_t v = need; v >= 1; --v) {
-      const double via = best[std::max<int64_t>(0, v - items[x].units)] + items[x].seconds;
-      if (via < best[v]) best[v] = via, took[x][v] = 1;
-    }
-  }
+  // The knapsack partitionOptimal runs, recording choices to read the actions back.
+  Knapsack knap;
+  knap.reset(need);
+  std::vector<std::vector<char>> took(items.size());
+  for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
   std::vector<std::pair<int, Action>> freed;
   for (int64_t x = static_cast<int64_t>(items.size()) - 1, v = need; x >= 0 && v > 0; --x) {
     if (took[x][v]) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -26,12 +27,12 @@ Action parseAction(const std::string& s, const std::string& origin) {
 }
 
 // Among valid cuts after `after` that leave room for `remaining` more cuts,
-// the one nearest to target (ties: the earlier).
-int nearestValidCut(const std::vector<int>& valid, double target, int after, int remaining) {
+// the one with the least distance(cut) (ties: the earlier).
+int nearestValidCut(const std::vector<int>& valid, int after, int remaining, const std::function<double(int)>& distance) {
   int best = -1;
   for (size_t i = 0; i < valid.size(); ++i) {
     if (valid[i] <= after || valid.size() - i - 1 < static_cast<size_t>(remaining)) continue;
-    if (best < 0 || std::abs(valid[i] - target) < std::abs(best - target)) best = valid[i];
+    if (best < 0 || distance(valid[i]) < distance(best)) best = valid[i];
   }
   SLUICE_CHECK(best >= 0, PlanError, "partition: too few valid cut points for this many stages");
   return best;
@@ -261,7 +262,8 @@ std::vector<int> uniformCuts(const OpGraph& graph, int stages) {
   std::vector<int> cuts;
   for (int k = 1; k < stages; ++k) {
     const int target = starts[static_cast<size_t>(k) * blocks / stages];
-    cuts.push_back(nearestValidCut(valid, target, cuts.empty() ? 0 : cuts.back(), stages - 1 - k));
+    cuts.push_back(nearestValidCut(valid, cuts.empty() ? 0 : cuts.back(), stages - 1 - k,
+                                   [&](int c) { return std::abs(c - target); }));
   }
   return cuts;
 }
@@ -282,16 +284,10 @@ std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
   auto valid = graph.validCuts();
   std::vector<int> cuts;
   for (int k = 1; k < stages; ++k) {
-    const double target = static_cast<double>(k) * prefix[n] / stages;
     // The valid cut whose parameter prefix is nearest the target share.
-    int best = -1;
-    for (size_t i = 0; i < valid.size(); ++i) {
-      const int c = valid[i];
-      if ((!cuts.empty() && c <= cuts.back()) || valid.size() - i - 1 < static_cast<size_t>(stages - 1 - k)) continue;
-      if (best < 0 || std::abs(prefix[c] - target) < std::abs(prefix[best] - target)) best = c;
-    }
-    SLUICE_CHECK(best >= 0, PlanError, "partition: too few valid cut points for " << stages << " stages");
-    cuts.push_back(best);
+    const double target = static_cast<double>(k) * prefix[n] / stages;
+    cuts.push_back(nearestValidCut(valid, cuts.empty() ? 0 : cuts.back(), stages - 1 - k,
+                                   [&](int c) { return std::abs(prefix[c] - target); }));
   }
   return cuts;
 }

@@ -55,12 +55,7 @@ TEST(Capture, CompiledGraphMatchesModule) {
   models::Gpt gpt(test::tinyGpt(2));
   auto g = test::captureGpt(gpt, 2, 8);
   auto tokens = torch::randint(0, 64, {2, 8}, torch::kLong);
-  std::vector<std::string> names;
-  for (auto& in : g.inputs()) {
-    if (in.kind != InputKind::Data) names.push_back(in.name);
-  }
-  std::vector<torch::Tensor> inputs{tokens};
-  for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
+  auto inputs = graphInputs(g, *gpt, {tokens});
   StageModule whole(g.graph(), "whole");
   for (int i = 0; i < 3; ++i) {  // the first calls profile, later ones run the optimized graph
     auto out = whole.forward(inputs);

@@ -13,16 +13,6 @@
 namespace sluice::partition {
 namespace {
 
-std::vector<torch::Tensor> graphInputs(const OpGraph& g, models::Gpt& gpt, const torch::Tensor& tokens) {
-  std::vector<std::string> names;
-  for (auto& in : g.inputs()) {
-    if (in.kind != InputKind::Data) names.push_back(in.name);
-  }
-  std::vector<torch::Tensor> inputs{tokens};
-  for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
-  return inputs;
-}
-
 struct Fixture {
   models::Gpt gpt{nullptr};
   torch::Tensor tokens;
@@ -33,7 +23,7 @@ struct Fixture {
     gpt = models::Gpt(test::tinyGpt(2));
     tokens = torch::randint(0, 64, {2, 8}, torch::kLong);
     graph = std::make_unique<OpGraph>(test::captureGpt(gpt, 2, 8));
-    profile = profileGraph(*graph, graphInputs(*graph, gpt, tokens), {1, 3});
+    profile = profileGraph(*graph, graphInputs(*graph, *gpt, {tokens}), {1, 3});
   }
 };
 

@@ -68,13 +68,7 @@ std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, co
                                   const std::vector<int>& given) {
   const std::string path = "/tmp/sluice_equivalence_plan_" + std::to_string(::getppid()) + ".pb";
   if (comm.rank() == 0) {
-    std::vector<std::string> names;
-    for (auto& in : graph.inputs()) {
-      if (in.kind != InputKind::Data) names.push_back(in.name);
-    }
-    std::vector<torch::Tensor> inputs{batchFor(0, 64)[0].input};
-    for (auto& t : tensorsByName(*gpt, names)) inputs.push_back(t);
-    auto profile = partition::profileGraph(graph, inputs, {1, 3});
+    auto profile = partition::profileGraph(graph, graphInputs(graph, *gpt, {batchFor(0, 64)[0].input}), {1, 3});
     partition::PlanSettings settings;
     settings.stages = comm.size();
     settings.microBatches = kMicroBatches;
