@@ -142,6 +142,22 @@ void Work::wait() {
   if (done) done();
 }
 
+bool Work::test() {
+  if (requests_.empty()) return true;
+  int done = 0;
+  int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mpiCheck(rc, what_.c_str(), rank);
+  if (!done) return false;
+  requests_.clear();
+  auto finish = std::move(onComplete_);
+  onComplete_ = nullptr;
+  keepAlive_.clear();
+  if (finish) finish();
+  return true;
+}
+
 Received RecvWork::wait() {
   SLUICE_CHECK(result_ != nullptr, CommError, "RecvWork::wait on an empty handle");
   work_.wait();

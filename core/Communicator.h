@@ -55,6 +55,9 @@ class Work {
 
   // Blocks until the operation completed, then runs its completion checks.
   void wait();
+  // Nonblocking: true (after the completion checks, releasing the buffers)
+  // once the operation completed; false while it is still in flight.
+  bool test();
   bool pending() const { return !requests_.empty(); }
 
  private:

@@ -49,6 +49,14 @@ class PlanError : public Error {
   using Error::Error;
 };
 
+// Memory plans at run time: a swap tier that is missing, on tmpfs or full; a
+// saved tensor modified in place after it was saved; an allocation over the
+// stage's hard limit.
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Optimizer misuse (mismatched parameters, step without gradients, ...).
 class OptimError : public Error {
  public:

@@ -77,10 +77,12 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
     return env.at(v);
   };
 
+  std::unordered_map<const torch::jit::Node*, int> indexOfClone;
   for (int n = begin; n < end; ++n) {
     auto* orig = g.nodes()[n].irNode;
     auto* clone = out.createClone(orig, lookup);
     out.appendNode(clone);
+    indexOfClone[clone] = n;
     for (size_t i = 0; i < orig->outputs().size(); ++i) env[orig->output(i)] = clone->output(i);
   }
 
@@ -93,6 +95,10 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
   std::vector<Value*> results;
   for (auto& o : st.outputs) results.push_back(lookup(byName.at(o.name)));
   out.registerOutput(out.insertNode(out.createTuple(results))->output());
+  for (auto* node : out.nodes()) {
+    auto it = indexOfClone.find(node);
+    st.nodeIndex.push_back(it == indexOfClone.end() ? -1 : it->second);
+  }
   return st;
 }
 

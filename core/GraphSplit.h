@@ -30,6 +30,10 @@ struct StageGraph {
   std::vector<ValueInfo> boundaryInputs;  // graph inputs [0, boundaryInputs.size())
   std::vector<std::string> paramInputs;   // module paths; the graph inputs that follow
   std::vector<ValueInfo> outputs;
+  // For each node of `graph` in order (its NodeProgram positions), the
+  // OpGraph node index it was cloned from; -1 for cloned constants and the
+  // output tuple.
+  std::vector<int> nodeIndex;
 };
 
 // Throws GraphError when a cut is out of order, out of range, or invalid

@@ -2,19 +2,18 @@
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>
-#include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <chrono>
 #include <sstream>
 
 #include "core/Error.h"
 #include "core/Log.h"
+#include "core/NodeProgram.h"
 
 namespace sluice {
 
 struct StageModule::Compiled {
-  std::unique_ptr<torch::jit::GraphFunction> function;  // compiled mode
-  std::unique_ptr<torch::jit::Code> code;                // eager mode
+  std::unique_ptr<torch::jit::GraphFunction> function;  // compiled mode; eager mode shares program_
 };
 
 namespace {
@@ -41,9 +40,16 @@ StageModule::~StageModule() = default;
 StageModule::StageModule(StageModule&&) noexcept = default;
 StageModule& StageModule::operator=(StageModule&&) noexcept = default;
 
-std::vector<torch::Tensor> StageModule::forward(const std::vector<torch::Tensor>& inputs) {
+const NodeProgram& StageModule::program() {
+  if (!program_) program_ = std::make_unique<NodeProgram>(graph_);
+  return *program_;
+}
+
+std::vector<torch::Tensor> StageModule::forward(const std::vector<torch::Tensor>& inputs, NodeObserver* observer) {
   SLUICE_CHECK(inputs.size() == graph_->inputs().size(), GraphError,
                name_ << " expects " << graph_->inputs().size() << " inputs, got " << inputs.size());
+  SLUICE_CHECK(!observer || mode_ == ExecMode::Eager, GraphError,
+               name_ << ": a memory plan (swap, recompute) or memory measurement needs pipeline.execution: eager");
   auto t0 = std::chrono::steady_clock::now();
   std::string sig = signatureOf(inputs);
   auto it = cache_.find(sig);
@@ -53,7 +59,7 @@ std::vector<torch::Tensor> StageModule::forward(const std::vector<torch::Tensor>
     if (mode_ == ExecMode::Compiled) {
       compiled->function = std::make_unique<torch::jit::GraphFunction>(name_, graph_->copy(), nullptr);
     } else {
-      compiled->code = std::make_unique<torch::jit::Code>(graph_->copy(), name_);
+      program();
     }
     std::vector<std::vector<int64_t>> shapes;
     for (auto& t : inputs) shapes.push_back(t.sizes().vec());
@@ -77,8 +83,7 @@ std::vector<torch::Tensor> StageModule::forward(const std::vector<torch::Tensor>
   if (mode_ == ExecMode::Compiled) {
     it->second->function->run(stack);
   } else {
-    torch::jit::InterpreterState state(*it->second->code);
-    state.run(stack);
+    stack = program_->run(std::move(stack), observer);
   }
   std::vector<torch::Tensor> outputs;
   outputs.reserve(stack.size());

@@ -1,12 +1,14 @@
 // core::StageModule: runs one stage's graph.
 //
-// Compiled mode (default): the graph runs as a torch::jit::GraphFunction
-// (TorchScript's optimizing executor), created on the first call for each
-// input signature (shapes, dtypes, devices, requires_grad) and reused after.
-// Eager mode: node by node through the dispatcher (the TorchScript
-// interpreter without graph optimization), for profiling and fine-grained
-// memory hooks. Both build the usual autograd graph, so backward is LibTorch
-// autograd and parameter gradients accumulate into the parameters' .grad.
+// Eager mode (what `sluice train` uses by default): node by node through the
+// dispatcher with a NodeProgram, which lets an observer see every node (the
+// memory plan attributes saved tensors that way and re-runs nodes for
+// recompute). Compiled mode: the graph runs as a torch::jit::GraphFunction
+// (TorchScript's optimizing executor). Either way the stage is built on the
+// first call for each input signature (shapes, dtypes, devices,
+// requires_grad) and reused after. Both build the usual autograd graph, so
+// backward is LibTorch autograd and parameter gradients accumulate into the
+// parameters' .grad.
 //
 // Counters (compiles, cache hits, compile/execute seconds) are cumulative.
 // When the same stage compiles more than kRecompileWarnAfter signatures, a
@@ -28,6 +30,9 @@ struct GraphFunction;
 
 namespace sluice {
 
+class NodeObserver;
+class NodeProgram;
+
 enum class ExecMode { Compiled, Eager };
 
 struct StageMetrics {
@@ -47,7 +52,10 @@ class StageModule {
   StageModule(StageModule&&) noexcept;
   StageModule& operator=(StageModule&&) noexcept;
 
-  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs);
+  // observer: eager mode only (GraphError in compiled mode).
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs, NodeObserver* observer = nullptr);
+  // The node-by-node program of eager mode (built on first use).
+  const NodeProgram& program();
   const StageMetrics& metrics() const { return metrics_; }
   const std::string& name() const { return name_; }
   ExecMode mode() const { return mode_; }
@@ -59,6 +67,7 @@ class StageModule {
   ExecMode mode_;
   std::vector<std::string> inputNames_;
   std::unordered_map<std::string, std::unique_ptr<Compiled>> cache_;
+  std::unique_ptr<NodeProgram> program_;
   std::vector<std::vector<int64_t>> lastShapes_;
   StageMetrics metrics_;
 };

@@ -134,6 +134,7 @@ void validate(Config& c) {
     require(m.embd % m.heads == 0, "model.embd (" + std::to_string(m.embd) + ") must be divisible by model.heads (" +
                                        std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
                                        std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
+    require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), got " + std::to_string(m.dropout));
     if (c.data.name == "text") {
       require(m.vocabSize >= 256, "model.vocab_size must be >= 256 for byte-level text data, got " +
                                       std::to_string(m.vocabSize));
@@ -208,7 +209,14 @@ void validate(Config& c) {
   require(p.plan.empty() || p.cuts.empty(), "pipeline.plan and pipeline.cuts both set: give one of them");
   require(p.plan.empty() || std::filesystem::exists(p.plan),
           "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");
-  require(c.memory.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(c.memory.budgetMb));
+  auto& mem = c.memory;
+  require(mem.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(mem.budgetMb));
+  require(in(mem.policy, {"plan", "none", "full_recompute"}),
+          "memory.policy must be plan, none or full_recompute, got '" + mem.policy + "'");
+  require(mem.swapWindowMb >= 0, "memory.swap_window_mb must be >= 0, got " + std::to_string(mem.swapWindowMb));
+  require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
+  require(mem.policy != "full_recompute" || p.execution == "eager",
+          "memory.policy full_recompute needs pipeline.execution: eager");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
 }
 
@@ -234,6 +242,7 @@ Config parse(const YAML::Node& root) {
   model.get("layers", c.model.layers);
   model.get("heads", c.model.heads);
   model.get("embd", c.model.embd);
+  model.get("dropout", c.model.dropout);
   model.get("input_dim", c.model.inputDim);
   model.get("hidden", c.model.hidden);
   model.get("mlp_layers", c.model.mlpLayers);
@@ -262,6 +271,10 @@ Config parse(const YAML::Node& root) {
   pipeline.finish();
   MapReader memory(root, "memory");
   memory.get("budget_mb", c.memory.budgetMb);
+  memory.get("policy", c.memory.policy);
+  memory.get("swap_dir", c.memory.swapDir);
+  memory.get("swap_window_mb", c.memory.swapWindowMb);
+  memory.get("hard_limit", c.memory.hardLimit);
   memory.finish();
   MapReader opt(root, "optimizer");
   opt.get("name", c.optimizer.name);
@@ -321,7 +334,8 @@ std::string Config::toYaml() const {
   if (model.name == "gpt") {
     e << YAML::Key << "vocab_size" << YAML::Value << model.vocabSize << YAML::Key << "block_size" << YAML::Value
       << model.blockSize << YAML::Key << "layers" << YAML::Value << model.layers << YAML::Key << "heads"
-      << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd;
+      << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd << YAML::Key << "dropout"
+      << YAML::Value << model.dropout;
   } else {
     e << YAML::Key << "input_dim" << YAML::Value << model.inputDim << YAML::Key << "hidden" << YAML::Value
       << model.hidden << YAML::Key << "mlp_layers" << YAML::Value << model.mlpLayers << YAML::Key << "classes"
@@ -341,7 +355,9 @@ std::string Config::toYaml() const {
     << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
     << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value
-    << memory.budgetMb << YAML::EndMap;
+    << memory.budgetMb << YAML::Key << "policy" << YAML::Value << memory.policy << YAML::Key << "swap_dir"
+    << YAML::Value << memory.swapDir << YAML::Key << "swap_window_mb" << YAML::Value << memory.swapWindowMb
+    << YAML::Key << "hard_limit" << YAML::Value << memory.hardLimit << YAML::EndMap;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value
     << optimizer.name << YAML::Key << "lr" << YAML::Value << optimizer.lr << YAML::Key << "beta1" << YAML::Value
     << optimizer.beta1 << YAML::Key << "beta2" << YAML::Value << optimizer.beta2 << YAML::Key << "eps" << YAML::Value

@@ -26,6 +26,7 @@ struct ModelConfig {
   int64_t layers = 2;
   int64_t heads = 4;
   int64_t embd = 64;
+  double dropout = 0.0;      // GPT-2 style dropout (embeddings, attention, residuals); 0 = off
   // mlp
   int64_t inputDim = 784;
   int64_t hidden = 256;
@@ -72,7 +73,11 @@ struct OptimizerConfig {
 };
 
 struct MemoryConfig {
-  double budgetMb = 0;  // memory.budget_mb: per stage (MiB); 0 = no limit
+  double budgetMb = 0;           // memory.budget_mb: per stage (MiB); 0 = no limit
+  std::string policy = "plan";   // plan (swap/recompute chosen by the partitioner) | none (keep all) | full_recompute
+  std::string swapDir;           // memory.swap_dir: where swapped tensors go (on disk, not tmpfs); "" = system temp dir
+  double swapWindowMb = 0;       // memory.swap_window_mb: bytes in flight to/from the swap tier; 0 = budget / 8 (64 without a budget)
+  bool hardLimit = false;        // memory.hard_limit: allocations beyond the budget fail (as on a GPU)
 };
 
 struct LoggingConfig {

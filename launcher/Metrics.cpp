@@ -31,6 +31,11 @@ void MetricsWriter::flush() {
       std::snprintf(line, sizeof(line), ", \"tokens_per_s\": %.1f", r.tokens / r.stepTimeSeconds);
       out_ << line;
     }
+    if (!r.stagePeakBytes.empty()) {
+      out_ << ", \"peak_bytes\": [";
+      for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) out_ << (i ? ", " : "") << r.stagePeakBytes[i];
+      out_ << "]";
+    }
     out_ << "}\n";
     windowTime += r.stepTimeSeconds;
     windowSamples += r.samples;

@@ -19,6 +19,9 @@ struct StepRecord {
   double stepTimeSeconds = 0;
   int64_t samples = 0;
   int64_t tokens = 0;  // 0 when tokens do not apply
+  // Per stage, the step's peak of allocated bytes (max over replicas; the
+  // counting allocator, less what lives outside the model); empty: not measured.
+  std::vector<int64_t> stagePeakBytes;
 };
 
 class MetricsWriter {

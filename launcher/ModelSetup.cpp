@@ -24,6 +24,7 @@ ModelSetup makeModelSetup(const Config& c) {
     o.layers = c.model.layers;
     o.heads = c.model.heads;
     o.embd = c.model.embd;
+    o.dropout = c.model.dropout;
     auto gpt = models::Gpt(o);
     s.module = gpt.ptr();
     s.forward = [gpt](const std::vector<torch::Tensor>& in) mutable { return gpt->forward(in.at(0)); };

@@ -4,6 +4,7 @@
 
 #include "core/Error.h"
 #include "core/Log.h"
+#include "memory/SwapTier.h"
 
 namespace sluice {
 
@@ -20,10 +21,34 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   }
   auto target = batch.target;
   auto loss = setup.loss;
-  std::tie(profile.lossForwardSeconds, profile.lossBackwardSeconds) =
-      partition::profileLoss([&](const torch::Tensor& out) { return loss(out, target); }, output);
+  auto lp = partition::profileLoss([&](const torch::Tensor& out) { return loss(out, target); }, output);
+  profile.lossForwardSeconds = lp.forwardSeconds;
+  profile.lossBackwardSeconds = lp.backwardSeconds;
+  profile.lossSavedBytes = lp.savedBytes;
+  profile.lossWorkspaceBytes = lp.workspaceBytes;
   profile.microBatchSize = static_cast<int>(c.training.microBatchSize);
   return profile;
+}
+
+int64_t swapWindowBytes(const Config& c) {
+  const double mb = c.memory.swapWindowMb > 0 ? c.memory.swapWindowMb : c.memory.budgetMb > 0 ? c.memory.budgetMb / 8 : 64;
+  return static_cast<int64_t>(mb * 1024.0 * 1024.0);
+}
+
+std::string swapDir(const Config& c) { return c.memory.swapDir.empty() ? memory::defaultSwapDir() : c.memory.swapDir; }
+
+memory::MemoryPlan memoryPlanFor(const partition::Plan& plan, int stage, const Config& c) {
+  memory::MemoryPlan out;
+  out.swapWindowBytes = plan.swapWindowBytes > 0 ? plan.swapWindowBytes : swapWindowBytes(c);
+  for (auto& d : plan.stageDecisions(stage)) {
+    memory::StorageDecision s;
+    s.key = {d.node, d.slot};
+    s.action = d.action == partition::Action::Swap ? memory::TensorAction::Swap : memory::TensorAction::Recompute;
+    s.segment = d.segment;
+    s.bytes = d.bytes;
+    out.decisions.push_back(std::move(s));
+  }
+  return out;
 }
 
 partition::PlanSettings planSettings(const Config& c) {
@@ -35,6 +60,8 @@ partition::PlanSettings planSettings(const Config& c) {
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
   s.dataParallel = c.pipeline.dataParallel;
   s.distAdam = c.optimizer.name == "dist_adam";
+  s.policy = c.memory.policy;
+  s.swapWindowBytes = swapWindowBytes(c);
   return s;
 }
 
@@ -45,7 +72,8 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
     plan.checkMatches(graph, c.pipeline.stages, c.pipeline.plan);
     return plan;
   }
-  auto machine = partition::measureMachine(world, scratchDir);  // collective: ranks 0 and 1 time p2p
+  // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.
+  auto machine = partition::measureMachine(world, scratchDir);
   // Every rank profiles at once (the machine loaded as in training); rank 0
   // plans with the averaged times. A failure there reaches every rank in the bytes.
   auto profile = profileModel(c, setup, graph);
@@ -54,7 +82,10 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
   std::string bytes, failure;
   if (world.rank() == 0) {
     try {
-      bytes = partition::makePlan(graph, profile, planSettings(c)).toBytes();
+      auto settings = planSettings(c);
+      bytes = (c.pipeline.cuts.empty() ? partition::makePlan(graph, profile, settings)
+                                       : partition::planForCuts(graph, profile, settings, c.pipeline.cuts))
+                  .toBytes();
     } catch (const Error& e) {
       failure = e.what();
     }

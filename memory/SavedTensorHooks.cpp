@@ -1,6 +1,12 @@
 #include "memory/SavedTensorHooks.h"
 
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <sstream>
+
+#include "core/Error.h"
 
 namespace sluice::memory {
 namespace {
@@ -35,14 +41,38 @@ SavedTensorScope::SavedTensorScope(HooksFactory factory) : previous_(std::move(a
 
 SavedTensorScope::~SavedTensorScope() { activeFactory = std::move(previous_); }
 
+SavedVersion::SavedVersion(const at::Tensor& tensor, std::string saver) : saver_(std::move(saver)) {
+  if (!tensor.defined()) return;
+  counter_ = torch::autograd::impl::version_counter(tensor);
+  saved_ = counter_.enabled() ? counter_.current_version() : 0;
+  if (auto fn = tensor.grad_fn()) producer_ = fn->name();
+  std::ostringstream os;
+  os << c10::toString(tensor.scalar_type()) << tensor.sizes();
+  shape_ = os.str();
+}
+
+void SavedVersion::check() const {
+  if (!counter_.enabled()) return;
+  const uint32_t now = counter_.current_version();
+  if (now == saved_) return;
+  std::ostringstream os;
+  os << "a tensor saved for backward" << (saver_.empty() ? "" : " by " + saver_) << " was modified by an in-place "
+     << "operation after it was saved: [" << shape_ << "]" << (producer_.empty() ? "" : ", output of " + producer_)
+     << ", is at version " << now << "; expected version " << saved_
+     << ". Make that in-place operation out of place (x = x + y instead of x += y) or clone the tensor before it";
+  throw MemoryError(os.str());
+}
+
 class CountingHooks : public torch::autograd::SavedVariableHooks {
  public:
   explicit CountingHooks(SavedBytesCounter* counter) : counter_(counter) {}
   void call_pack_hook(const at::Tensor& tensor) override {
     counter_->onPack(tensor);
-    kept_ = tensor;
+    kept_ = tensor.detach();  // Note [saved tensor rules], 1
+    version_ = SavedVersion(tensor, "");
   }
   at::Tensor call_unpack_hook() override {
+    version_.check();
     counter_->onUnpack();
     return kept_;
   }
@@ -50,6 +80,7 @@ class CountingHooks : public torch::autograd::SavedVariableHooks {
  private:
   SavedBytesCounter* counter_;
   at::Tensor kept_;
+  SavedVersion version_;
 };
 
 HooksFactory SavedBytesCounter::factory() {
@@ -65,7 +96,7 @@ void SavedBytesCounter::onPack(const at::Tensor& t) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++packs_;
   if (!t.defined() || !t.has_storage()) return;
-  if (hold_) held_.push_back(t);
+  if (hold_) held_.push_back(t.detach());
   const void* key = t.storage().data();
   if (excluded_.count(key) || !seen_.insert(key).second) return;
   bytes_ += static_cast<int64_t>(t.storage().nbytes());
@@ -109,14 +140,19 @@ class LiveHooks : public torch::autograd::SavedVariableHooks {
   }
   void call_pack_hook(const at::Tensor& tensor) override {
     key_ = owner_->onPack(tensor);
-    kept_ = tensor;
+    kept_ = tensor.detach();  // Note [saved tensor rules], 1
+    version_ = SavedVersion(tensor, "");
   }
-  at::Tensor call_unpack_hook() override { return kept_; }
+  at::Tensor call_unpack_hook() override {
+    version_.check();
+    return kept_;
+  }
 
  private:
   LiveSavedBytes* owner_;
   const void* key_ = nullptr;
   at::Tensor kept_;
+  SavedVersion version_;
 };
 
 HooksFactory LiveSavedBytes::factory() {

@@ -1,5 +1,18 @@
 // Saved-tensor hooks for LibTorch 1.13 (which has no C++ saved_tensors_hooks).
 //
+// Note [saved tensor rules]: three facts every hook here respects.
+//  1. Pack receives the tensor autograd saves, grad_fn and all; keeping it
+//     would make a cycle (graph node -> hooks -> tensor -> graph node), so a
+//     graph that is dropped without backward would leak. Hooks keep
+//     tensor.detach() (same storage, same version counter, no grad_fn).
+//  2. With hooks installed, LibTorch's SavedVariable::unpack skips its check
+//     that the tensor was not modified in place after it was saved. Hooks
+//     record the version at pack (SavedVersion) and check it at unpack, so
+//     such a modification is an error naming the op, never a wrong gradient.
+//  3. Most tensors an op saves are its inputs, produced by earlier ops, and
+//     linear-like ops save views of parameters: bytes are counted per
+//     storage, and parameter storages are excluded.
+//
 // installSavedTensorEngine() replaces autograd's default engine (through
 // set_default_engine_stub) with a subclass whose
 // get_default_saved_variable_hooks() asks the calling thread's active
@@ -27,6 +40,22 @@
 namespace sluice::memory {
 
 using HooksFactory = std::function<std::unique_ptr<torch::autograd::SavedVariableHooks>()>;
+
+// The version of a saved tensor at pack time, checked at unpack (Note [saved
+// tensor rules], 2). Holds the version counter, not the tensor.
+class SavedVersion {
+ public:
+  SavedVersion() = default;
+  // saver: who saved it, for the message (e.g. "aten::gelu (node 37)"); may be empty.
+  SavedVersion(const at::Tensor& tensor, std::string saver);
+  // Throws MemoryError when the tensor was modified in place since pack.
+  void check() const;
+
+ private:
+  c10::VariableVersion counter_;
+  uint32_t saved_ = 0;
+  std::string saver_, producer_, shape_;
+};
 
 void installSavedTensorEngine();
 

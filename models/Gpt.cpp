@@ -6,7 +6,17 @@ namespace sluice::models {
 
 namespace nn = torch::nn;
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& o) : heads_(o.heads), embd_(o.embd) {
+namespace {
+
+// Dropout as GPT-2 uses it; no node at all when p is 0.
+torch::Tensor maybeDropout(const torch::Tensor& x, double p, bool training) {
+  return p > 0 ? torch::dropout(x, p, training) : x;
+}
+
+}  // namespace
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& o)
+    : heads_(o.heads), embd_(o.embd), dropout_(o.dropout) {
   TORCH_CHECK(o.embd % o.heads == 0, "model.embd (", o.embd, ") must be divisible by model.heads (", o.heads, ")");
   cAttn_ = register_module("c_attn", nn::Linear(o.embd, 3 * o.embd));
   cProj_ = register_module("c_proj", nn::Linear(o.embd, o.embd));
@@ -23,12 +33,12 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   auto causal = mask_.slice(2, 0, T).slice(3, 0, T);
   att = att.masked_fill(causal == 0, -1e9);
-  att = torch::softmax(att, -1);
+  att = maybeDropout(torch::softmax(att, -1), dropout_, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-  return cProj_->forward(y);
+  return maybeDropout(cProj_->forward(y), dropout_, is_training());
 }
 
-BlockImpl::BlockImpl(const GptOptions& o) {
+BlockImpl::BlockImpl(const GptOptions& o) : dropout_(o.dropout) {
   ln1_ = register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({o.embd})));
   attn_ = register_module("attn", CausalSelfAttention(o));
   ln2_ = register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({o.embd})));
@@ -39,7 +49,7 @@ BlockImpl::BlockImpl(const GptOptions& o) {
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto h = x + attn_->forward(ln1_->forward(x));
-  return h + proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h))));
+  return h + maybeDropout(proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h)))), dropout_, is_training());
 }
 
 GptImpl::GptImpl(const GptOptions& o) : options_(o) {
@@ -69,7 +79,7 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= options_.blockSize, "sequence length ", T, " exceeds model.block_size ", options_.blockSize);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong));
-  auto x = wte_->forward(tokens) + wpe_->forward(pos);
+  auto x = maybeDropout(wte_->forward(tokens) + wpe_->forward(pos), options_.dropout, is_training());
   for (auto& m : *blocks_) x = m->as<Block>()->forward(x);
   return lmHead_->forward(lnF_->forward(x));
 }

@@ -3,8 +3,10 @@
 // residual, a final LayerNorm and an (untied) LM head.
 //
 // Module paths follow GPT-2: wte, wpe, h.<i>.{ln_1,attn.c_attn,attn.c_proj,
-// ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head. No dropout: training is
-// deterministic for a given seed.
+// ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head. With dropout > 0, GPT-2's
+// dropout: after the embeddings, on the attention weights and after each
+// residual branch (random, so a pipeline reproduces a run only with the same
+// seed and the same random stream per rank); 0 adds no dropout nodes.
 //
 //   sluice::models::GptOptions o; o.layers = 2;
 //   sluice::models::Gpt gpt(o);
@@ -21,6 +23,7 @@ struct GptOptions {
   int64_t layers = 2;
   int64_t heads = 4;
   int64_t embd = 64;
+  double dropout = 0.0;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -30,6 +33,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, embd_;
+  double dropout_;
   torch::nn::Linear cAttn_{nullptr}, cProj_{nullptr};
   torch::Tensor mask_;
 };
@@ -44,6 +48,7 @@ class BlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, proj_{nullptr};
+  double dropout_;
 };
 TORCH_MODULE(Block);
 

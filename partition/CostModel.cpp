@@ -23,12 +23,20 @@ void Problem::validate() const {
                "partition: " << n << " nodes need " << n + 1 << " cut entries, got " << cutBytes.size() << " and "
                              << validCut.size());
   SLUICE_CHECK(stages >= 1 && microBatches >= 1, PlanError, "partition: stages and micro-batches must be >= 1");
-  SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && p2pBandwidth >= 0,
-               PlanError, "partition: negative budget, bandwidth or memory factor");
+  SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && p2pBandwidth >= 0 &&
+                   swapWindowBytes >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
+               PlanError, "partition: negative budget, bandwidth, window or memory factor");
   for (size_t j = 0; j < n; ++j) {
     const auto& c = nodes[j];
-    SLUICE_CHECK(c.forward >= 0 && c.backward >= 0 && c.saved >= 0 && c.params >= 0, PlanError,
+    SLUICE_CHECK(c.forward >= 0 && c.backward >= 0 && c.params >= 0 && c.workspace >= 0, PlanError,
                  "partition: node " << j << " has a negative time or size");
+  }
+  for (size_t s = 0; s < storages.size(); ++s) {
+    const auto& st = storages[s];
+    SLUICE_CHECK(st.bytes >= 0 && 0 <= st.producer && st.producer <= st.firstSaver &&
+                     st.firstSaver < static_cast<int>(n) && st.lastReader >= st.firstSaver && !st.segment.empty() &&
+                     std::is_sorted(st.segment.begin(), st.segment.end()) && st.segment.back() <= st.firstSaver,
+                 PlanError, "partition: saved storage " << s << " (node " << st.producer << ") is malformed");
   }
 }
 
@@ -41,21 +49,69 @@ double commSeconds(const Problem& p, int cut) {
   return 2 * (p.p2pLatency + static_cast<double>(p.cutBytes[cut]) / p.p2pBandwidth);
 }
 
-Action cheapestFree(const Problem& p, int node, double* seconds) {
-  const auto& c = p.nodes[node];
-  if (c.saved / memoryUnit(p) <= 0) return Action::Keep;
-  const double inf = std::numeric_limits<double>::infinity();
-  const double recompute = c.recomputable ? c.forward : inf;
-  const double swap = p.swapSecondsPerByte > 0 ? p.swapSecondsPerByte * static_cast<double>(c.saved) : inf;
-  if (recompute == inf && swap == inf) return Action::Keep;
-  *seconds = std::min(recompute, swap);
-  return recompute <= swap ? Action::Recompute : Action::Swap;  // ties: recompute (no I/O)
+bool storageInStage(const Problem& p, int s, int first, int end) {
+  const auto& st = p.storages[s];
+  return first <= st.producer && st.firstSaver < end;
+}
+
+double recomputeSeconds(const Problem& p, int s, int first) {
+  const auto& st = p.storages[s];
+  if (st.lastParamWriter >= first) return std::numeric_limits<double>::infinity();
+  double t = 0;
+  for (int n : st.segment) {
+    if (n >= first) t += p.nodes[n].forward;
+  }
+  return t;
+}
+
+namespace {
+
+int64_t buffers(const Problem& p, int first, int end) {
+  return (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) + (end == p.numNodes() ? 0 : p.cutBytes[end]);
+}
+
+}  // namespace
+
+bool freeable(const Problem& p, int x, int first) {
+  if (p.budgetBytes <= 0 || p.storages[x].bytes / memoryUnit(p) <= 0) return false;
+  return p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity();
+}
+
+int64_t transientBytes(const Problem& p, int first, int end, const std::vector<char>& freed) {
+  std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0);
+  for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+    if (!storageInStage(p, x, first, end)) continue;
+    const auto& st = p.storages[x];
+    if (!freed[x]) {
+      keptFirstSaved[st.firstSaver - first] += st.bytes;
+    } else {
+      for (int j = st.firstSaver; j <= std::min(st.lastReader, end - 1); ++j) active[j - first] += st.bytes;
+    }
+  }
+  int64_t nodes = 0, after = 0;
+  for (int j = end - 1; j >= first; --j) {
+    nodes = std::max(nodes, p.nodes[j].workspace - after + active[j - first]);
+    after += keptFirstSaved[j - first];
+  }
+  return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
+}
+
+int64_t transientBound(const Problem& p, int first, int end) {
+  std::vector<int64_t> active(end - first, 0);
+  for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+    if (!storageInStage(p, x, first, end) || !freeable(p, x, first)) continue;
+    const auto& st = p.storages[x];
+    for (int j = st.firstSaver; j <= std::min(st.lastReader, end - 1); ++j) active[j - first] += st.bytes;
+  }
+  int64_t nodes = 0;
+  for (int j = first; j < end; ++j) nodes = std::max(nodes, p.nodes[j].workspace + active[j - first]);
+  return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
 }
 
 StageCost evaluateStage(const Problem& p, int stage, int first, int end,
                         const std::vector<std::pair<int, Action>>& freed) {
-  SLUICE_CHECK(0 <= first && first < end && end <= p.numNodes(), PlanError,
-               "partition: bad node range [" << first << ", " << end << ")");
+  const int n = p.numNodes();
+  SLUICE_CHECK(0 <= first && first < end && end <= n, PlanError, "partition: bad node range [" << first << ", " << end << ")");
   StageCost s;
   s.stage = stage;
   s.first = first;
@@ -65,39 +121,56 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     s.forward += p.nodes[j].forward;
     s.backward += p.nodes[j].backward;
     s.paramBytes += p.nodes[j].params;
-    s.savedBytes += p.nodes[j].saved;
+  }
+  for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+    if (storageInStage(p, x, first, end)) s.savedBytes += p.storages[x].bytes;
   }
   const int64_t unit = memoryUnit(p);
   int64_t freedUnits = 0;
-  for (auto [j, action] : freed) {
-    SLUICE_CHECK(first <= j && j < end, PlanError, "partition: node " << j << " is not in stage " << stage);
-    const auto& c = p.nodes[j];
+  std::vector<char> isFreed(p.storages.size(), 0);
+  for (auto [x, action] : freed) {
+    SLUICE_CHECK(0 <= x && x < static_cast<int>(p.storages.size()) && storageInStage(p, x, first, end), PlanError,
+                 "partition: saved storage " << x << " is not in stage " << stage);
+    const auto& st = p.storages[x];
     if (action == Action::Swap) {
       SLUICE_CHECK(p.swapSecondsPerByte > 0, PlanError, "partition: swap needs a swap tier");
-      s.swap += p.swapSecondsPerByte * static_cast<double>(c.saved);
-      s.swappedBytes += c.saved;
+      s.swapIO += p.swapSecondsPerByte * static_cast<double>(st.bytes);
+      s.swappedBytes += st.bytes;
     } else if (action == Action::Recompute) {
-      SLUICE_CHECK(c.recomputable, PlanError, "partition: node " << j << " cannot be recomputed");
-      s.recompute += c.forward;
-      s.recomputedBytes += c.saved;
+      const double t = recomputeSeconds(p, x, first);
+      SLUICE_CHECK(t < std::numeric_limits<double>::infinity(), PlanError,
+                   "partition: saved storage " << x << " (node " << st.producer << ") cannot be recomputed in stage "
+                                               << stage << ": its segment writes a parameter or buffer in place");
+      s.recompute += t;
+      s.recomputedBytes += st.bytes;
     } else {
       continue;
     }
-    freedUnits += c.saved / unit;
-    s.freed.emplace_back(j, action);
+    freedUnits += st.bytes / unit;
+    isFreed[x] = 1;
+    s.freed.emplace_back(x, action);
   }
+  s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
   s.keptBytes = s.savedBytes - s.swappedBytes - s.recomputedBytes;
   s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte);
-  s.peakBytes = s.staticBytes + s.inFlight * s.keptBytes;
+  const bool last = end == n;
+  // Note [stage memory]: stage 0's boundary is the data, resident for the
+  // whole step (all micro-batches); later stages hold each in-flight
+  // micro-batch's received activations until its backward.
+  s.boundaryBytes = first == 0 ? 0 : p.cutBytes[first];
+  s.transientBytes = transientBytes(p, first, end, isFreed);
+  s.windowBytes = s.swappedBytes > 0 ? p.swapWindowBytes : 0;
+  s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
+  s.peakBytes = s.staticBytes + s.inFlight * s.heldBytes + s.transientBytes + s.windowBytes;
+  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + transientBound(p, first, end) + s.windowBytes;
   s.comm = commSeconds(p, first) + commSeconds(p, end);
-  if (end == p.numNodes()) s.loss = p.lossSeconds;
-  s.time = s.forward + s.backward + s.swap + s.recompute + s.comm + s.loss;
+  if (last) s.loss = p.lossSeconds;
+  s.time = s.forward + s.backward + s.swapStall + s.recompute + s.comm + s.loss;
   if (p.budgetBytes <= 0) {
     s.fits = true;
-  } else if (s.staticBytes > p.budgetBytes) {
-    s.fits = false;
   } else {
-    const int64_t excess = s.staticBytes + s.inFlight * s.savedBytes - p.budgetBytes;
+    const int64_t keepAll = s.boundBytes + s.inFlight * (s.swappedBytes + s.recomputedBytes);
+    const int64_t excess = keepAll - p.budgetBytes;
     if (excess <= 0) {
       s.fits = true;
     } else {

@@ -1,36 +1,52 @@
 // partition::CostModel: predicts a pipeline stage's time and memory.
 //
-// The model (all times per micro-batch, memory per stage):
-//   Stage k of p runs nodes [first, end). Every node j has forward time f_j,
-//   backward time b_j, saved bytes s_j (activations autograd keeps for
-//   backward, see Profile.h), parameter bytes w_j, and whether it may be
-//   recomputed. Each node's saved tensors get one action:
-//     Keep       stays in memory until backward;
-//     Swap       goes to the swap tier in forward and comes back for backward:
-//                costs s_j * (1/write_bw + 1/read_bw) seconds. The CPU tier is
-//                a file written and read on the compute thread, so this time
-//                is not hidden behind compute;
-//     Recompute  is dropped and rebuilt by rerunning the node's forward before
-//                its backward: costs f_j seconds.
-//   time t_k = sum f + sum b + swap + recompute
-//            + comm at each cut the stage touches, 2 * (latency + X_c / bw)
-//              (activations forward, their gradients backward; X_c = bytes
-//              live across cut c)
-//            + the loss's forward and backward on the last stage.
-//   memory M_k = static + inFlight_k * (sum of kept s_j), where
-//              static = paramBytes * staticPerParamByte (weights, gradients
-//              and Adam state: 4 for AdamW, 2 + 2/dp for DistAdam over dp) and
-//              inFlight_k = m for GPipe, min(p - k, m) for 1F1B.
-//   step time T = sum_k t_k + (m - 1) * max_k t_k: one micro-batch passes
-//              every stage, the other m - 1 are paced by the slowest stage.
-//   The budget constraint counts freed bytes (swapped or recomputed) in whole
-//   units u = max(1, budget / 1024), each node's rounded down: a stage fits
-//   when  sum over freed nodes of floor(s_j / u)  >=  ceil(ceil(E / inFlight) / u),
-//   E = static + inFlight * sum s_j - budget (the excess with everything
-//   kept; E <= 0 needs nothing freed, and static > budget never fits). This
-//   is conservative (a stage that fits in units fits in bytes) and makes the
-//   choice of freed tensors a knapsack over at most 1024 units per stage
-//   (see Partitioner.h).
+// Inputs (all per micro-batch): every node j has forward time f_j, backward
+// time b_j, parameter bytes w_j and workspace bytes k_j (the most it
+// allocates beyond what stays, in forward or backward). Every storage s that
+// autograd saves (Note [storage keys], memory/MemoryPlan.h) has bytes B_s, a
+// producer p_s, its first saver q_s (>= p_s) and a recompute segment G_s: the
+// nodes re-run to rebuild it (p_s, the in-place writers of s, and the
+// producers of any input nothing saved); a stage may recompute s only if no
+// node of G_s inside it writes a parameter or buffer in place (BatchNorm's
+// running statistics would be updated twice).
+//
+// Stage k of p runs nodes [first, end). Its freeable storages are those with
+// first <= p_s and q_s < end; each gets one action:
+//   Keep       held from forward until backward;
+//   Swap       written to the swap tier at its first save and read back before
+//              its backward, on the I/O thread; costs bytes x (1/write_bw +
+//              1/read_bw) of I/O time;
+//   Recompute  dropped and rebuilt in backward by re-running G_s from `first`
+//              on: costs sum of f_n over n in G_s, n >= first.
+// Time t_k = sum f + sum b + comm + loss + recompute
+//            + max(0, swapIO - (sum f + sum b)):
+//   the I/O thread works while the stage computes; only I/O beyond the
+//   stage's compute stalls it. comm = 2 (latency + X_c / bw) at each cut
+//   the stage touches (X_c: bytes live across cut c); the loss's forward and
+//   backward on the last stage.
+// Memory (predicted peak) M_k = static + inFlight_k * held + transient + (swap used ? W : 0):
+//   static  = paramBytes * staticPerParamByte (weights, gradients, Adam state:
+//             4 for AdamW, 2 + 2/dp for DistAdam over dp);
+//   held    = boundary inputs (X_first; the data input on stage 0) + kept
+//             freeable storages + the loss's saved tensors on the last stage;
+//   inFlight_k = m for GPipe, min(p - k, m) for 1F1B;
+//   transient = max over the stage's nodes j of (k_j - the kept bytes of
+//             storages first saved after j + the freed storages in use at j)
+//             (and the loss's workspace on the last stage): node j runs, in
+//             forward or in backward, while its micro-batch holds only what is
+//             saved up to j, plus any freed storage whose span (first saver to
+//             last reader) covers j: forward still reads it, or backward has
+//             rebuilt or read it back; + receive buffers for one more
+//             micro-batch (X_first + X_end; stage 0: the step's data);
+//   W = the swap window (bytes in flight to or from the tier).
+// Step time T = sum_k t_k + (m - 1) max_k t_k.
+// Budget: a stage fits when a bound of its memory fits: M_k with transient
+// taken as max over j of (k_j + every freeable storage whose span covers j),
+// which holds whatever is freed, so the choice of freed storages stays a
+// knapsack. Freed bytes count in whole units u = max(1, budget / 1024), each
+// storage's rounded down; a stage fits when the units it frees cover
+// ceil(ceil(E / inFlight) / u), E = the bound with everything kept - budget.
+// Both are conservative (what fits in units fits in bytes).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -45,18 +61,30 @@ const char* actionName(Action a);
 
 struct NodeCost {
   double forward = 0, backward = 0;  // seconds
-  int64_t saved = 0, params = 0;     // bytes
-  bool recomputable = true;
+  int64_t params = 0;                // bytes of parameters first read here
+  int64_t workspace = 0;             // bytes
+};
+
+struct SavedStorage {
+  int producer = 0, slot = 0;
+  int firstSaver = 0;
+  int lastReader = 0;  // the last node reading a value on it (numNodes(): a graph output)
+  int64_t bytes = 0;
+  std::vector<int> segment;  // ascending; contains producer
+  int lastParamWriter = -1;  // the last node of segment that writes a parameter or buffer; -1: none
 };
 
 struct Problem {
   std::vector<NodeCost> nodes;
-  std::vector<int64_t> cutBytes;  // size n + 1: bytes live across cut c (0 at 0 and n)
+  std::vector<SavedStorage> storages;
+  std::vector<int64_t> cutBytes;  // size n + 1: bytes live across cut c; cutBytes[0] = data input bytes, [n] = 0
   std::vector<char> validCut;     // size n + 1: may a stage start at c? (0 and n always)
   double lossSeconds = 0;         // forward + backward of the loss, last stage only
+  int64_t lossSavedBytes = 0, lossWorkspace = 0;
   double p2pBandwidth = 0;        // bytes/s; 0: communication is free
   double p2pLatency = 0;          // seconds
   double swapSecondsPerByte = 0;  // 1/write_bw + 1/read_bw; 0: no swap tier (Swap not allowed)
+  int64_t swapWindowBytes = 0;
   int stages = 1;
   int microBatches = 1;
   bool gpipe = false;              // else 1F1B
@@ -64,31 +92,39 @@ struct Problem {
   double staticPerParamByte = 4;   // see above
 
   int numNodes() const { return static_cast<int>(nodes.size()); }
-  // Throws PlanError when the sizes disagree or a value is negative.
+  // Throws PlanError when sizes disagree, a value is negative or a storage is malformed.
   void validate() const;
 };
 
 int inFlight(const Problem& problem, int stage);
 int64_t memoryUnit(const Problem& problem);
 double commSeconds(const Problem& problem, int cut);  // both directions at one cut; 0 at 0 and n
-// What freeing node j's saved bytes costs: the cheaper allowed action and its
-// seconds. Returns Action::Keep when the node cannot be freed (saved bytes
-// below one memory unit, or neither recompute nor swap allowed).
-Action cheapestFree(const Problem& problem, int node, double* seconds);
+bool storageInStage(const Problem& problem, int storage, int first, int end);
+// Seconds to recompute storage s in a stage starting at `first`; +inf when not recomputable.
+double recomputeSeconds(const Problem& problem, int storage, int first);
+// The stage's transient bytes (see above) with these storages freed; and the
+// bound the budget check uses. freeable(x): x may be freed in this stage
+// (at least one memory unit, and swap or recompute allowed).
+int64_t transientBytes(const Problem& problem, int first, int end, const std::vector<char>& freed);
+int64_t transientBound(const Problem& problem, int first, int end);
+bool freeable(const Problem& problem, int storage, int first);
 
 struct StageCost {
   bool fits = false;
   int stage = 0, first = 0, end = 0, inFlight = 0;
-  double forward = 0, backward = 0, comm = 0, swap = 0, recompute = 0, loss = 0;
-  double time = 0;  // the sum of the above
-  int64_t paramBytes = 0, staticBytes = 0, savedBytes = 0, keptBytes = 0, swappedBytes = 0, recomputedBytes = 0;
-  int64_t peakBytes = 0;  // static + inFlight * keptBytes
-  std::vector<std::pair<int, Action>> freed;  // nodes whose saved tensors are not kept
+  double forward = 0, backward = 0, comm = 0, swapIO = 0, swapStall = 0, recompute = 0, loss = 0;
+  double time = 0;  // forward + backward + comm + swapStall + recompute + loss
+  int64_t paramBytes = 0, staticBytes = 0, boundaryBytes = 0, savedBytes = 0, keptBytes = 0, swappedBytes = 0,
+          recomputedBytes = 0, transientBytes = 0, windowBytes = 0;
+  int64_t heldBytes = 0;  // per micro-batch in flight: boundary + kept + loss saved
+  int64_t peakBytes = 0;  // static + inFlight * held + transient + window: the predicted peak
+  int64_t boundBytes = 0; // the same with transientBound: what must fit the budget
+  std::vector<std::pair<int, Action>> freed;  // storage indices not kept
 };
 
-// The cost of stage `stage` over [first, end) with the given actions (one per
-// node in the range; Keep for nodes absent from `freed`). Throws PlanError on
-// an action the node does not allow. fits = false when over budget.
+// The cost of stage `stage` over [first, end) with the given actions (storage
+// index, action; Keep for storages absent). Throws PlanError on a storage not
+// in the stage or an action it does not allow. fits = false when over budget.
 StageCost evaluateStage(const Problem& problem, int stage, int first, int end,
                         const std::vector<std::pair<int, Action>>& freed);
 

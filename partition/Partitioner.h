@@ -4,12 +4,14 @@
 // Why partitionOptimal is exact
 // 1. For fixed cuts, stages are independent: a stage's actions change only its
 //    own time and memory, and the step time sum t_k + (m-1) max t_k grows with
-//    every t_k, so each stage should take its cheapest actions that fit. Both
-//    actions that free a node's tensors free the same bytes, so only the
-//    cheaper of them is ever worth taking (cheapestFree), and a stage's best
-//    actions are a covering knapsack: free at least `need` units at least cost.
-//    With bytes counted in units of budget/1024 (CostModel.h), a table over
-//    units solves it exactly.
+//    every t_k, so each stage should take its cheapest actions that fit. A
+//    stage's best actions are a covering knapsack over its saved storages:
+//    free at least `need` units (bytes in units of budget/1024, CostModel.h)
+//    at least cost. The cost is recompute seconds plus max(0, swap I/O - the
+//    stage's compute), which is not additive, so the knapsack keeps a Pareto
+//    front per unit count (Knapsack.h). The swap window is memory only when
+//    something is swapped, so each stage is solved twice, recompute only
+//    (without the window) and with swap (with it), and the better is taken.
 // 2. Over cuts, for a fixed last stage the step time is monotone in the
 //    earlier stages' (max t, sum t), so only Pareto-optimal prefixes matter:
 //    the DP keeps, for every (stage k, end node j), the Pareto front of
@@ -17,9 +19,9 @@
 //    each front point by every possible next stage.
 // Complexity: n nodes, p stages, U <= 1024 + n units, F the front size (a few
 // points in practice): O(n^2 * p * F) for the DP plus O(n^2 * U) for the
-// knapsacks, which grow one node at a time for each start node (only while a
-// stage is over budget, and never past the first end node that cannot fit,
-// since the needed units grow at least as fast as the freeable ones).
+// knapsacks (times the front size), which grow one node at a time for each
+// start node (never past the first end node that cannot fit, since the needed
+// units grow at least as fast as the freeable ones).
 // Thread-safe (pure functions).
 #pragma once
 

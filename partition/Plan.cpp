@@ -8,17 +8,19 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <unordered_map>
 
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/GraphSplit.h"
-#include "memory/MemoryAccounting.h"
+#include "partition/Segments.h"
+#include "core/Bytes.h"
 #include "sluice_plan.pb.h"
 
 namespace sluice::partition {
 namespace {
 
-constexpr const char* kFormat = "sluice-plan-1";
+constexpr const char* kFormat = "sluice-plan-2";
 
 Action parseAction(const std::string& s, const std::string& origin) {
   if (s == "swap") return Action::Swap;
@@ -60,6 +62,8 @@ std::string Plan::toBytes() const {
   p.set_bubble_fraction(bubbleFraction);
   p.set_profile_blas(profileBlas);
   p.set_profile_threads(profileThreads);
+  p.set_policy(policy);
+  p.set_swap_window_bytes(swapWindowBytes);
   for (auto& s : stages) {
     auto* q = p.add_stages();
     q->set_index(s.index);
@@ -82,10 +86,17 @@ std::string Plan::toBytes() const {
     q->set_recomputed_bytes(s.recomputedBytes);
     q->set_static_bytes(s.staticBytes);
     q->set_peak_bytes(s.peakBytes);
+    q->set_boundary_bytes(s.boundaryBytes);
+    q->set_held_bytes(s.heldBytes);
+    q->set_transient_bytes(s.transientBytes);
+    q->set_window_bytes(s.windowBytes);
+    q->set_swap_io_s(s.swapIO);
   }
   for (auto& d : decisions) {
     auto* q = p.add_decisions();
     q->set_node(d.node);
+    q->set_slot(d.slot);
+    for (int n : d.segment) q->add_segment(n);
     q->set_stage(d.stage);
     q->set_op(d.op);
     q->set_bytes(d.bytes);
@@ -98,9 +109,12 @@ void Plan::save(const std::string& path) const { writeFileAtomically(path, toByt
 
 Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   proto::Plan p;
-  SLUICE_CHECK(p.ParseFromString(bytes) && p.format() == kFormat && !p.graph_hash().empty() && p.stages_size() > 0,
+  SLUICE_CHECK(p.ParseFromString(bytes) && !p.format().empty() && !p.graph_hash().empty() && p.stages_size() > 0,
                PlanError,
                "plan " << origin << " is truncated or not a Sluice plan; make it again with `sluice partition`");
+  SLUICE_CHECK(p.format() == kFormat, PlanError,
+               "plan " << origin << " was made by an older Sluice (format '" << p.format() << "', this one reads '"
+                       << kFormat << "'): make it again with `sluice profile` and `sluice partition`");
   Plan out;
   out.graphHash = p.graph_hash();
   out.method = p.method();
@@ -113,6 +127,8 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.bubbleFraction = p.bubble_fraction();
   out.profileBlas = p.profile_blas();
   out.profileThreads = p.profile_threads();
+  out.policy = p.policy();
+  out.swapWindowBytes = p.swap_window_bytes();
   int expectFirst = 0;
   for (auto& q : p.stages()) {
     PlanStage s;
@@ -140,10 +156,25 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
     s.recomputedBytes = q.recomputed_bytes();
     s.staticBytes = q.static_bytes();
     s.peakBytes = q.peak_bytes();
+    s.boundaryBytes = q.boundary_bytes();
+    s.heldBytes = q.held_bytes();
+    s.transientBytes = q.transient_bytes();
+    s.windowBytes = q.window_bytes();
+    s.swapIO = q.swap_io_s();
     out.stages.push_back(std::move(s));
   }
   for (auto& q : p.decisions()) {
-    out.decisions.push_back({q.node(), q.stage(), q.op(), q.bytes(), parseAction(q.action(), origin)});
+    TensorDecision d;
+    d.node = q.node();
+    d.slot = q.slot();
+    d.stage = q.stage();
+    d.op = q.op();
+    d.bytes = q.bytes();
+    d.action = parseAction(q.action(), origin);
+    d.segment.assign(q.segment().begin(), q.segment().end());
+    SLUICE_CHECK(0 <= d.stage && d.stage < static_cast<int>(out.stages.size()), PlanError,
+                 "plan " << origin << " is inconsistent: a decision names stage " << d.stage);
+    out.decisions.push_back(std::move(d));
   }
   return out;
 }
@@ -168,13 +199,22 @@ void Plan::checkMatches(const OpGraph& graph, int stageCount, const std::string&
                        << graph.numNodes());
 }
 
+std::vector<TensorDecision> Plan::stageDecisions(int stage) const {
+  std::vector<TensorDecision> out;
+  for (auto& d : decisions) {
+    if (d.stage == stage) out.push_back(d);
+  }
+  return out;
+}
+
 std::string Plan::table() const {
   std::ostringstream os;
   char buf[400];
-  auto mib = [](int64_t b) { return memory::formatBytes(b); };
-  std::snprintf(buf, sizeof(buf), "plan for graph %s: method %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
-                graphHash.c_str(), method.c_str(), schedule.c_str(), microBatches, microBatchSize, dataParallel,
-                budgetBytes > 0 ? (mib(budgetBytes) + " per stage").c_str() : "none");
+  auto mib = [](int64_t b) { return formatBytes(b); };
+  std::snprintf(buf, sizeof(buf),
+                "plan for graph %s: method %s, memory policy %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
+                graphHash.c_str(), method.c_str(), policy.c_str(), schedule.c_str(), microBatches, microBatchSize,
+                dataParallel, budgetBytes > 0 ? (mib(budgetBytes) + " per stage").c_str() : "none");
   os << buf;
   std::snprintf(buf, sizeof(buf), "%5s %14s %10s %8s %8s %8s %8s %8s  %-23s %10s %10s\n", "stage", "nodes", "params",
                 "fwd ms", "bwd ms", "comm ms", "extra ms", "time ms", "peak memory / budget", "swapped", "recomputed");
@@ -189,15 +229,25 @@ std::string Plan::table() const {
     os << buf;
   }
   std::snprintf(buf, sizeof(buf),
-                "predicted step time %.2f ms (bubble %.1f%%); extra = loss + swap + recompute; peak memory = "
-                "parameters, gradients, optimizer state + in-flight x kept activations\n",
+                "predicted step time %.2f ms (bubble %.1f%%); extra = loss + swap stall + recompute\n"
+                "peak memory = static (parameters, gradients, optimizer state) + in flight x held (boundary + kept "
+                "activations) + transient (+ swap window)\n",
                 1e3 * stepTime, 100 * bubbleFraction);
   os << buf;
+  for (auto& s : stages) {
+    std::snprintf(buf, sizeof(buf), "  stage %d memory: %s static + %d x %s held (%s boundary, %s kept) + %s transient%s\n",
+                  s.index, mib(s.staticBytes).c_str(), s.inFlight, mib(s.heldBytes).c_str(), mib(s.boundaryBytes).c_str(),
+                  mib(s.keptBytes).c_str(), mib(s.transientBytes).c_str(),
+                  s.windowBytes > 0 ? (" + " + mib(s.windowBytes) + " swap window").c_str() : "");
+    os << buf;
+  }
   if (!decisions.empty()) {
-    os << decisions.size() << " nodes' saved tensors are not kept:\n";
+    os << decisions.size() << " saved storages are not kept:\n";
     for (auto& d : decisions) {
-      std::snprintf(buf, sizeof(buf), "  stage %d node %5d %-24s %10s %s\n", d.stage, d.node, d.op.c_str(),
-                    mib(d.bytes).c_str(), actionName(d.action));
+      std::snprintf(buf, sizeof(buf), "  stage %d node %5d.%d %-24s %10s %s%s\n", d.stage, d.node, d.slot, d.op.c_str(),
+                    mib(d.bytes).c_str(), actionName(d.action),
+                    d.action == Action::Recompute ? (" (re-runs " + std::to_string(d.segment.size()) + " nodes)").c_str()
+                                                  : "");
       os << buf;
     }
   }
@@ -208,25 +258,34 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   SLUICE_CHECK(profile.graphHash == graph.hash() && static_cast<int>(profile.nodes.size()) == graph.numNodes(),
                PlanError, "the profile was made for another graph (hash " << profile.graphHash << ", this config "
                                                                           << "captures " << graph.hash() << ")");
+  SLUICE_CHECK(st.policy == "plan" || st.policy == "none" || st.policy == "full_recompute", PlanError,
+               "partition: unknown memory policy '" << st.policy << "' (plan | none | full_recompute)");
   Problem p;
   const int n = graph.numNodes();
   for (auto& node : profile.nodes) {
-    p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.savedBytes, node.paramBytes, node.recomputable});
+    p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.paramBytes, node.workspaceBytes});
   }
+  p.storages = savedStorages(graph, profile.facts);
   p.cutBytes.assign(n + 1, 0);
   p.validCut.assign(n + 1, 0);
   p.validCut[0] = p.validCut[n] = 1;
+  for (auto& in : graph.inputs()) {
+    if (in.kind == InputKind::Data) p.cutBytes[0] += in.value.bytes();
+  }
   for (int c : graph.validCuts()) {
     p.validCut[c] = 1;
     for (auto& v : graph.liveAcross(c)) p.cutBytes[c] += v.bytes();
   }
   p.lossSeconds = profile.lossForwardSeconds + profile.lossBackwardSeconds;
+  p.lossSavedBytes = profile.lossSavedBytes;
+  p.lossWorkspace = profile.lossWorkspaceBytes;
   p.p2pBandwidth = profile.machine.p2pBandwidth;
   p.p2pLatency = profile.machine.p2pLatency;
   const auto& m = profile.machine;
-  p.swapSecondsPerByte = m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
+  p.swapSecondsPerByte = st.swap && m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
                              ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
                              : 0.0;
+  p.swapWindowBytes = st.swapWindowBytes;
   p.stages = st.stages;
   p.microBatches = st.microBatches;
   SLUICE_CHECK(st.schedule == "gpipe" || st.schedule == "1f1b", PlanError,
@@ -235,22 +294,24 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.budgetBytes = st.budgetBytes;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
+  if (st.policy != "plan") {
+    // Nothing is left for the partitioner to free: `none` keeps everything and
+    // full_recompute's choices are fixed (fullRecomputeChoices).
+    p.swapSecondsPerByte = 0;
+    if (st.policy == "none") {
+      for (auto& s : p.storages) s.lastParamWriter = n;
+    }
+  }
   p.validate();
   return p;
 }
 
+
 std::vector<int> uniformCuts(const OpGraph& graph, int stages) {
-  // The block of a node: the number in the first numbered module path it reads ("h.3.attn..." -> 3).
-  static const std::regex numbered(R"(^[A-Za-z_]+\.(\d+)\.)");
   std::map<int, int> firstNodeOfBlock;
-  for (auto& n : graph.nodes()) {
-    for (auto& name : n.params) {
-      std::smatch m;
-      if (std::regex_search(name, m, numbered)) {
-        firstNodeOfBlock.emplace(std::stoi(m[1]), n.index);
-        break;
-      }
-    }
+  const auto block = blockOfNodes(graph);
+  for (int j = 0; j < graph.numNodes(); ++j) {
+    if (block[j] >= 0) firstNodeOfBlock.emplace(block[j], j);
   }
   const int blocks = static_cast<int>(firstNodeOfBlock.size());
   SLUICE_CHECK(blocks >= stages, PlanError,
@@ -292,18 +353,79 @@ std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
   return cuts;
 }
 
+// The block number of each node: that of the first numbered module path it
+// reads ("h.3.attn..." -> 3), or -1.
+std::vector<int> blockOfNodes(const OpGraph& graph) {
+  static const std::regex numbered(R"(^[A-Za-z_]+\.(\d+)\.)");
+  std::vector<int> block(graph.numNodes(), -1);
+  for (auto& n : graph.nodes()) {
+    for (auto& name : n.params) {
+      std::smatch m;
+      if (std::regex_search(name, m, numbered)) {
+        block[n.index] = std::stoi(m[1]);
+        break;
+      }
+    }
+  }
+  return block;
+}
+
 namespace {
 
-Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Partition& part) {
+// full_recompute: every saved storage made inside a transformer block and not
+// read after it (the block's output is the checkpoint) is recomputed.
+std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, const Profile& profile,
+                                                         const Problem& p, int first, int end) {
+  const auto block = blockOfNodes(graph);
+  std::map<int, std::pair<int, int>> range;  // block -> [first node, end node)
+  for (int j = 0; j < graph.numNodes(); ++j) {
+    if (block[j] < 0) continue;
+    auto it = range.find(block[j]);
+    if (it == range.end()) range[block[j]] = {j, j + 1};
+    else it->second.second = j + 1;
+  }
+  SLUICE_CHECK(!range.empty(), PlanError,
+               "memory.policy full_recompute checkpoints transformer blocks (numbered module paths like h.3.), and this "
+               "model has none; use memory.policy plan");
+  // A block runs from its first node to the next block's first node; the last
+  // one also takes the parameter-free nodes after it (its residual add).
+  std::vector<std::pair<int, int>> regions;
+  for (auto it = range.begin(); it != range.end(); ++it) {
+    auto next = std::next(it);
+    int e = next != range.end() ? next->second.first : it->second.second;
+    if (next == range.end()) {
+      while (e < graph.numNodes() && graph.nodes()[e].params.empty()) ++e;
+    }
+    regions.push_back({it->second.first, e});
+  }
+  std::vector<std::pair<int, Action>> freed;
+  for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+    const auto& st = p.storages[x];
+    if (!storageInStage(p, x, first, end)) continue;
+    for (auto [a, e] : regions) {
+      if (st.producer < a || st.producer >= e) continue;
+      if (st.lastReader >= e) break;  // leaves the block: the checkpoint
+      if (recomputeSeconds(p, x, first) == std::numeric_limits<double>::infinity()) break;
+      freed.emplace_back(x, Action::Recompute);
+      break;
+    }
+  }
+  return freed;
+}
+
+Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
+            const Partition& part) {
   auto split = splitGraph(graph, part.cuts);
   Plan plan;
   plan.graphHash = graph.hash();
   plan.method = st.method;
+  plan.policy = st.policy;
   plan.schedule = st.schedule;
   plan.microBatches = st.microBatches;
   plan.microBatchSize = profile.microBatchSize;
   plan.dataParallel = st.dataParallel;
   plan.budgetBytes = st.budgetBytes;
+  plan.swapWindowBytes = problem.swapWindowBytes;
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
@@ -320,7 +442,8 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     ps.forward = s.forward;
     ps.backward = s.backward;
     ps.comm = s.comm;
-    ps.swap = s.swap;
+    ps.swap = s.swapStall;
+    ps.swapIO = s.swapIO;
     ps.recompute = s.recompute;
     ps.loss = s.loss;
     ps.time = s.time;
@@ -330,8 +453,25 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     ps.recomputedBytes = s.recomputedBytes;
     ps.staticBytes = s.staticBytes;
     ps.peakBytes = s.peakBytes;
-    for (auto [node, action] : s.freed) {
-      plan.decisions.push_back({node, s.stage, graph.nodes()[node].op, profile.nodes[node].savedBytes, action});
+    ps.boundaryBytes = s.boundaryBytes;
+    ps.heldBytes = s.heldBytes;
+    ps.transientBytes = s.transientBytes;
+    ps.windowBytes = s.windowBytes;
+    for (auto [x, action] : s.freed) {
+      const auto& storage = problem.storages[x];
+      TensorDecision d;
+      d.node = storage.producer;
+      d.slot = storage.slot;
+      d.stage = s.stage;
+      d.op = graph.nodes()[storage.producer].op;
+      d.bytes = storage.bytes;
+      d.action = action;
+      if (action == Action::Recompute) {
+        for (int node : storage.segment) {
+          if (node >= s.first) d.segment.push_back(node);
+        }
+      }
+      plan.decisions.push_back(std::move(d));
     }
     busy += st.microBatches * s.time;
     plan.stages.push_back(std::move(ps));
@@ -341,6 +481,40 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   return plan;
 }
 
+// full_recompute on given cuts: its fixed choices, checked against the budget.
+Partition fullRecomputePartition(const OpGraph& graph, const Profile& profile, const Problem& p,
+                                 const std::vector<int>& cuts) {
+  Partition out;
+  out.cuts = cuts;
+  for (int k = 0; k < p.stages; ++k) {
+    const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? p.numNodes() : cuts[k];
+    auto s = evaluateStage(p, k, first, end, fullRecomputeChoices(graph, profile, p, first, end));
+    SLUICE_CHECK(s.fits, PlanError,
+                 "partition: with memory.policy full_recompute, stage " << k << " (nodes [" << first << ", " << end
+                     << ")) needs " << formatBytesExact(s.peakBytes) << "; the budget is "
+                     << formatBytesExact(p.budgetBytes) << ". Raise memory.budget_mb or use more stages");
+    out.stages.push_back(std::move(s));
+  }
+  out.stepTime = stepTime(out.stages, p.microBatches);
+  return out;
+}
+
+Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
+                       const std::vector<int>* cuts) {
+  if (st.policy == "full_recompute") {
+    std::vector<int> chosen;
+    if (cuts) {
+      chosen = *cuts;
+    } else {
+      Problem unlimited = p;
+      unlimited.budgetBytes = 0;
+      chosen = partitionOptimal(unlimited).cuts;
+    }
+    return fullRecomputePartition(graph, profile, p, chosen);
+  }
+  return cuts ? partitionWithCuts(p, *cuts) : partitionOptimal(p);
+}
+
 }  // namespace
 
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
@@ -348,12 +522,14 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, st.stages));
   SLUICE_CHECK(st.method == "profile", PlanError,
                "partition: unknown method '" << st.method << "' (profile | uniform | parameters)");
-  return toPlan(graph, profile, st, partitionOptimal(makeProblem(graph, profile, st)));
+  auto problem = makeProblem(graph, profile, st);
+  return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
 }
 
 Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {
   splitGraph(graph, cuts);  // GraphError naming nearby valid cuts when one is invalid
-  return toPlan(graph, profile, st, partitionWithCuts(makeProblem(graph, profile, st), cuts));
+  auto problem = makeProblem(graph, profile, st);
+  return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, &cuts));
 }
 
 }  // namespace sluice::partition

@@ -10,7 +10,15 @@
 //   parameters  equal parameter bytes per stage (DeepSpeed's
 //               partition_method=parameters).
 // uniform and parameters get the cost model's best memory actions for their
-// cuts, so the three are compared on equal terms.
+// cuts, so the three are compared on equal terms. The memory policy says who
+// decides what is kept:
+//   plan            the partitioner: per saved storage keep, swap or recompute,
+//                   whatever fits memory.budget_mb at the best predicted time;
+//   none            everything is kept (an error if that does not fit);
+//   full_recompute  the baseline of Megatron's full recompute and DeepSpeed's
+//                   activation checkpointing: every storage saved inside a
+//                   transformer block (numbered module paths, h.N.) is
+//                   recomputed, except what leaves the block (its output).
 // save() writes a temp file and renames it; load() throws PlanError for a
 // missing, truncated or foreign file; checkMatches() throws PlanError when the
 // plan was made for another graph or stage count.
@@ -33,6 +41,9 @@ struct PlanSettings {
   int64_t budgetBytes = 0;         // per stage; 0: none
   int dataParallel = 1;
   bool distAdam = false;           // optimizer state sharded over dataParallel
+  std::string policy = "plan";     // plan | none | full_recompute
+  bool swap = true;                // a swap tier is available (memory.swap_dir)
+  int64_t swapWindowBytes = 64ll << 20;
 };
 
 struct PlanStage {
@@ -41,17 +52,22 @@ struct PlanStage {
   int64_t paramBytes = 0;
   double forward = 0, backward = 0, comm = 0, swap = 0, recompute = 0, loss = 0, time = 0;
   int64_t savedBytes = 0, keptBytes = 0, swappedBytes = 0, recomputedBytes = 0, staticBytes = 0, peakBytes = 0;
+  int64_t boundaryBytes = 0, heldBytes = 0, transientBytes = 0, windowBytes = 0;
+  double swapIO = 0;
 };
 
+// A saved storage that is not kept: (producer node, slot), see memory/MemoryPlan.h.
 struct TensorDecision {
-  int node = 0, stage = 0;
+  int node = 0, slot = 0, stage = 0;
   std::string op;
   int64_t bytes = 0;
   Action action = Action::Keep;
+  std::vector<int> segment;  // recompute: nodes re-run, inside the stage
 };
 
 struct Plan {
-  std::string graphHash, method, schedule, profileBlas;
+  std::string graphHash, method, schedule, profileBlas, policy = "plan";
+  int64_t swapWindowBytes = 0;
   int microBatches = 1, microBatchSize = 0, dataParallel = 1, profileThreads = 0;
   int64_t budgetBytes = 0;
   std::vector<PlanStage> stages;
@@ -67,13 +83,18 @@ struct Plan {
   void checkMatches(const OpGraph& graph, int stages, const std::string& origin) const;
   // One row per stage: nodes, params, predicted time, memory vs budget, swapped/recomputed bytes.
   std::string table() const;
+  // The decisions of one stage.
+  std::vector<TensorDecision> stageDecisions(int stage) const;
 };
 
 // The cost-model inputs for a graph and its profile (which must match).
 Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
 std::vector<int> uniformCuts(const OpGraph& graph, int stages);
+// Per node, the number of the transformer block whose parameters it reads
+// first (module paths like "h.3."), or -1.
+std::vector<int> blockOfNodes(const OpGraph& graph);
 std::vector<int> parameterCuts(const OpGraph& graph, int stages);
-// Throws PlanError (no plan fits; an unknown method) or GraphError.
+// Throws PlanError (no plan fits; an unknown method or policy) or GraphError.
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
 // The plan for given cuts (settings.method is recorded as given): the best
 // memory actions for them and the predictions.

@@ -1,8 +1,5 @@
 #include "partition/Profile.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,7 +10,8 @@
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/SystemInfo.h"
-#include "memory/MemoryAccounting.h"
+#include "core/Bytes.h"
+#include "memory/SwapTier.h"
 #include "sluice_profile.pb.h"
 
 namespace sluice::partition {
@@ -36,8 +34,13 @@ int64_t Profile::totalSaved() const {
   return s;
 }
 
+namespace {
+constexpr const char* kProfileFormat = "sluice-profile-2";
+}  // namespace
+
 void Profile::save(const std::string& path) const {
   proto::Profile p;
+  p.set_format(kProfileFormat);
   p.set_graph_hash(graphHash);
   p.set_iterations(iterations);
   for (auto& n : nodes) {
@@ -50,7 +53,29 @@ void Profile::save(const std::string& path) const {
     pn->set_saved_bytes(n.savedBytes);
     pn->set_param_bytes(n.paramBytes);
     pn->set_recomputable(n.recomputable);
+    pn->set_random(n.random);
+    pn->set_workspace_bytes(n.workspaceBytes);
   }
+  for (auto& f : facts.storages) {
+    auto* q = p.add_storages();
+    q->set_node(f.key.node);
+    q->set_slot(f.key.slot);
+    q->set_bytes(f.bytes);
+    for (int s : f.savers) q->add_savers(s);
+    for (int w : f.writers) q->add_writers(w);
+  }
+  for (size_t n = 0; n < facts.outputs.size(); ++n) {
+    auto* q = p.add_node_outputs();
+    q->set_writes_parameter(n < facts.writesParameter.size() && facts.writesParameter[n]);
+    for (auto& v : facts.outputs[n]) {
+      auto* o = q->add_outputs();
+      o->set_kind(v.kind);
+      o->set_node(v.key.node);
+      o->set_slot(v.key.slot);
+    }
+  }
+  p.set_loss_saved_bytes(lossSavedBytes);
+  p.set_loss_workspace_bytes(lossWorkspaceBytes);
   p.set_loss_forward_s(lossForwardSeconds);
   p.set_loss_backward_s(lossBackwardSeconds);
   p.set_micro_batch_size(microBatchSize);
@@ -70,6 +95,9 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   proto::Profile p;
   SLUICE_CHECK(p.ParseFromIstream(&f) && !p.graph_hash().empty(), GraphError,
                "profile " << path << " is truncated or not a Sluice profile; run `sluice profile` again");
+  SLUICE_CHECK(p.format() == kProfileFormat, GraphError,
+               "profile " << path << " was made by an older Sluice (format '" << p.format() << "', this one reads '"
+                          << kProfileFormat << "'): run `sluice profile` again");
   SLUICE_CHECK(expectedHash.empty() || p.graph_hash() == expectedHash, GraphError,
                "profile " << path << " was made for another graph (hash " << p.graph_hash() << ", this model and batch "
                           << "shape hash to " << expectedHash << "); profile this config again");
@@ -78,8 +106,29 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   out.iterations = p.iterations();
   for (auto& pn : p.nodes()) {
     out.nodes.push_back({pn.index(), pn.op(), pn.forward_s(), pn.backward_s(), pn.output_bytes(), pn.saved_bytes(),
-                         pn.param_bytes(), pn.recomputable()});
+                         pn.param_bytes(), pn.recomputable(), pn.random(), pn.workspace_bytes()});
   }
+  for (auto& q : p.storages()) {
+    memory::StorageFact f;
+    f.key = {q.node(), q.slot()};
+    f.bytes = q.bytes();
+    f.savers.assign(q.savers().begin(), q.savers().end());
+    f.writers.assign(q.writers().begin(), q.writers().end());
+    out.facts.storages.push_back(std::move(f));
+  }
+  for (auto& q : p.node_outputs()) {
+    std::vector<memory::ValueStorage> outs;
+    for (auto& o : q.outputs()) {
+      memory::ValueStorage v;
+      v.kind = static_cast<memory::ValueStorage::Kind>(o.kind());
+      v.key = {o.node(), o.slot()};
+      outs.push_back(v);
+    }
+    out.facts.outputs.push_back(std::move(outs));
+    out.facts.writesParameter.push_back(q.writes_parameter() ? 1 : 0);
+  }
+  out.lossSavedBytes = p.loss_saved_bytes();
+  out.lossWorkspaceBytes = p.loss_workspace_bytes();
   out.lossForwardSeconds = p.loss_forward_s();
   out.lossBackwardSeconds = p.loss_backward_s();
   out.microBatchSize = p.micro_batch_size();
@@ -94,7 +143,7 @@ std::string Profile::summary(int topNodes) const {
   char buf[256];
   std::snprintf(buf, sizeof(buf), "profile of graph %s: %zu nodes, forward %.2f ms, backward %.2f ms, saved %s\n",
                 graphHash.c_str(), nodes.size(), 1e3 * totalForward(), 1e3 * totalBackward(),
-                memory::formatBytes(totalSaved()).c_str());
+                formatBytes(totalSaved()).c_str());
   os << buf;
   std::snprintf(buf, sizeof(buf), "loss (last stage): forward %.2f ms, backward %.2f ms, micro-batch size %d\n",
                 1e3 * lossForwardSeconds, 1e3 * lossBackwardSeconds, microBatchSize);
@@ -113,8 +162,8 @@ std::string Profile::summary(int topNodes) const {
   for (int i = 0; i < std::min<int>(topNodes, static_cast<int>(order.size())); ++i) {
     auto* n = order[i];
     std::snprintf(buf, sizeof(buf), "%6d  %-22s %10.1f %10.1f %12s %12s\n", n->index, n->op.c_str(),
-                  1e6 * n->forwardSeconds, 1e6 * n->backwardSeconds, memory::formatBytes(n->savedBytes).c_str(),
-                  memory::formatBytes(n->paramBytes).c_str());
+                  1e6 * n->forwardSeconds, 1e6 * n->backwardSeconds, formatBytes(n->savedBytes).c_str(),
+                  formatBytes(n->paramBytes).c_str());
     os << buf;
   }
   return os.str();
@@ -166,26 +215,21 @@ MachineProfile measureMachine(const Communicator& comm, const std::string& dir) 
     m.p2pLatency = small;
     m.p2pBandwidth = big / std::max(1e-9, large - small);
   }
-  if (comm.rank() == 0) {
-    // The CPU swap tier is a file: time writing (with fsync) and reading back 64 MiB.
-    const std::string path = dir + "/.sluice_swap_probe";
-    const size_t bytes = 64u << 20;
-    std::vector<char> data(bytes, 1);
+  if (comm.rank() == 0 && !dir.empty()) {
+    // The swap tier training uses: written, synced and dropped from the page
+    // cache, then read back from disk.
+    memory::FileSwapTier tier(dir);
+    const int64_t block = 4 << 20, blocks = 16;
+    auto data = torch::ones({block}, torch::kUInt8);
+    std::vector<int64_t> where;
     auto t0 = std::chrono::steady_clock::now();
-    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    SLUICE_CHECK(fd >= 0, GraphError, "cannot create " << path << " to measure the swap tier");
-    SLUICE_CHECK(::write(fd, data.data(), bytes) == static_cast<ssize_t>(bytes), GraphError, "writing " << path << " failed");
-    ::fsync(fd);
-    ::close(fd);
+    for (int b = 0; b < blocks; ++b) where.push_back(tier.write(data.data_ptr(), block));
+    tier.sync();
     auto t1 = std::chrono::steady_clock::now();
-    fd = ::open(path.c_str(), O_RDONLY);
-    SLUICE_CHECK(fd >= 0 && ::read(fd, data.data(), bytes) == static_cast<ssize_t>(bytes), GraphError,
-                 "reading " << path << " failed");
-    ::close(fd);
+    for (int b = 0; b < blocks; ++b) tier.read(where[b], data.data_ptr(), block);
     auto t2 = std::chrono::steady_clock::now();
-    std::remove(path.c_str());
-    m.swapWriteBandwidth = bytes / std::chrono::duration<double>(t1 - t0).count();
-    m.swapReadBandwidth = bytes / std::chrono::duration<double>(t2 - t1).count();
+    m.swapWriteBandwidth = block * blocks / std::chrono::duration<double>(t1 - t0).count();
+    m.swapReadBandwidth = block * blocks / std::chrono::duration<double>(t2 - t1).count();
   }
   return m;
 }

@@ -4,11 +4,16 @@
 // node runs on detached copies of its inputs (leaves), so its forward and its
 // backward (torch::autograd::grad of its outputs w.r.t. those leaves) are
 // timed alone; times are medians over `iterations` runs after `warmup` runs.
-// Saved bytes come from saved-tensor hooks during the first run: each
-// distinct activation storage counts once, for the first node that saves it;
-// parameter storages never count (they are in param_bytes).
+// Memory comes from one more forward of the whole graph, run as training runs
+// a stage (NodeProgram + StageMemory recording MemoryFacts): every storage
+// autograd saves, attributed to the node that created it (Note [storage
+// keys], memory/MemoryPlan.h), its savers and in-place writers, and each
+// node's workspace (counting allocator: the most it allocates while it runs,
+// in that forward or in its isolated backward). Parameter storages never
+// count as saved (they are in param_bytes).
 // measureMachine() times p2p between ranks 0 and 1 (if the communicator has
-// two or more ranks; collective over it) and the swap tier (a file in `dir`).
+// two or more ranks; collective over it) and the swap tier (the file tier
+// training uses, in `dir`: written, synced, read back from disk).
 #pragma once
 
 #include <functional>
@@ -18,6 +23,7 @@
 
 #include "core/Communicator.h"
 #include "core/OpGraph.h"
+#include "memory/MemoryFacts.h"
 
 namespace sluice::partition {
 
@@ -26,7 +32,9 @@ struct NodeProfile {
   std::string op;
   double forwardSeconds = 0, backwardSeconds = 0;
   int64_t outputBytes = 0, savedBytes = 0, paramBytes = 0;
-  bool recomputable = true;
+  bool recomputable = true;  // false: writes a parameter or buffer in place
+  bool random = false;
+  int64_t workspaceBytes = 0;
 };
 
 struct MachineProfile {
@@ -42,7 +50,9 @@ struct Profile {
   std::vector<NodeProfile> nodes;
   MachineProfile machine;
   double lossForwardSeconds = 0, lossBackwardSeconds = 0;
+  int64_t lossSavedBytes = 0, lossWorkspaceBytes = 0;
   int microBatchSize = 0;
+  memory::MemoryFacts facts;
 
   double totalForward() const;
   double totalBackward() const;
@@ -61,9 +71,13 @@ struct ProfileOptions {
 
 // inputs: one tensor per graph input, in graph input order (data, params, buffers).
 Profile profileGraph(const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options = {});
-// Median forward and backward seconds of loss(output) (output made a leaf).
-std::pair<double, double> profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss,
-                                      const torch::Tensor& output, const ProfileOptions& options = {});
+struct LossProfile {
+  double forwardSeconds = 0, backwardSeconds = 0;  // medians
+  int64_t savedBytes = 0, workspaceBytes = 0;
+};
+// loss(output) with output made a leaf: times, saved bytes and workspace.
+LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss, const torch::Tensor& output,
+                        const ProfileOptions& options = {});
 // Averages node and loss times over the ranks of comm (collective; every rank
 // must have profiled the same graph). Profiling on every rank at once loads the
 // machine as training does (shared caches, memory bandwidth, clock boost).

@@ -1,5 +1,4 @@
 // profileGraph(): see Profile.h.
-#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <algorithm>
@@ -8,7 +7,11 @@
 #include <unordered_set>
 
 #include "core/Error.h"
+#include "core/GraphSplit.h"
+#include "core/NodeProgram.h"
+#include "memory/CountingAllocator.h"
 #include "memory/SavedTensorHooks.h"
+#include "memory/StageMemory.h"
 #include "partition/Profile.h"
 
 namespace sluice::partition {
@@ -25,13 +28,6 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-bool isRandom(const std::string& op) {
-  for (auto* word : {"rand", "dropout", "bernoulli", "normal", "multinomial", "uniform"}) {
-    if (op.find(word) != std::string::npos) return false;
-  }
-  return true;
-}
-
 void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
   if (v.isTensor()) {
     out.push_back(v.toTensor());
@@ -40,39 +36,70 @@ void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
   }
 }
 
-// List/tuple construction and unpacking have no operator schema (the
-// TorchScript interpreter implements them itself); so does this runner.
-bool runStructural(const torch::jit::Node* node, torch::jit::Stack& stack) {
-  const auto kind = node->kind();
-  if (kind == c10::prim::ListConstruct) {
-    auto listType = node->output()->type()->expect<c10::ListType>();
-    c10::impl::GenericList list(listType->getElementType());
-    for (auto& v : stack) list.push_back(v);
-    stack.clear();
-    stack.emplace_back(std::move(list));
-    return true;
-  }
-  if (kind == c10::prim::TupleConstruct) {
-    auto tuple = c10::ivalue::Tuple::create(std::vector<IValue>(stack.begin(), stack.end()));
-    stack.clear();
-    stack.emplace_back(std::move(tuple));
-    return true;
-  }
-  if (kind == c10::prim::ListUnpack || kind == c10::prim::TupleUnpack) {
-    IValue v = stack.at(0);
-    std::vector<IValue> elements =
-        v.isTuple() ? v.toTupleRef().elements().vec() : std::vector<IValue>(v.toListRef().begin(), v.toListRef().end());
-    SLUICE_CHECK(elements.size() == node->outputs().size(), GraphError,
-                 "profile: " << kind.toQualString() << " expected " << node->outputs().size() << " elements, got "
-                             << elements.size());
-    stack = torch::jit::Stack(elements.begin(), elements.end());
-    return true;
-  }
-  return false;
-}
+int64_t allocated() { return memory::allocatorStats().currentBytes; }
 
-void runNode(const torch::jit::Node* node, torch::jit::Stack& stack) {
-  if (!runStructural(node, stack)) node->getOperation()(stack);
+// Around StageMemory: for each node, the most its forward held beyond the
+// saved storages (temporaries, values waiting for their reader, outputs).
+class WorkspaceObserver : public NodeObserver {
+ public:
+  WorkspaceObserver(memory::StageMemory& memory, const std::vector<int>& nodeIndex, int64_t base)
+      : memory_(memory), nodeIndex_(nodeIndex), base_(base) {}
+  void beforeNode(int pos, const std::vector<IValue>& inputs) override {
+    memory_.beforeNode(pos, inputs);
+    memory::resetPeak();
+  }
+  void afterNode(int pos, const std::vector<IValue>& inputs, const std::vector<IValue>& outputs) override {
+    memory_.afterNode(pos, inputs, outputs);
+    const int node = nodeIndex_[pos];
+    if (node < 0) return;
+    int64_t saved = 0;
+    for (auto& f : memory_.facts().storages) {
+      if (!f.savers.empty()) saved += f.bytes;
+    }
+    const int64_t peak = memory::allocatorStats().peakBytes;
+    if (workspace.size() <= static_cast<size_t>(node)) workspace.resize(node + 1, 0);
+    workspace[node] = std::max<int64_t>(0, peak - base_ - saved);
+  }
+  std::vector<int64_t> workspace;
+
+ private:
+  memory::StageMemory& memory_;
+  const std::vector<int>& nodeIndex_;
+  int64_t base_;
+};
+
+// One forward of the whole graph as a one-stage job runs it: the memory facts
+// and each node's forward workspace.
+void profileMemory(const OpGraph& g, const std::vector<torch::Tensor>& inputs, Profile& profile,
+                   std::vector<int64_t>& forwardWorkspace) {
+  auto whole = splitGraph(g, {}).at(0);
+  std::unordered_map<std::string, torch::Tensor> byName;
+  std::vector<torch::Tensor> data;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    byName[g.inputs()[i].name] = inputs[i];
+    if (g.inputs()[i].kind == InputKind::Data) data.push_back(inputs[i]);
+  }
+  std::vector<torch::Tensor> params;
+  for (auto& name : whole.paramInputs) params.push_back(byName.at(name));
+  NodeProgram program(whole.graph);
+  memory::StageMemoryOptions options;
+  options.recordFacts = true;
+  options.stageName = "profile";
+  memory::StageMemory memory(program, whole.nodeIndex, params, options);
+  std::vector<IValue> stack(data.begin(), data.end());
+  stack.insert(stack.end(), params.begin(), params.end());
+  {
+    const int64_t base = allocated();
+    WorkspaceObserver observer(memory, whole.nodeIndex, base);
+    memory.beginForward(0, data);
+    memory::SavedTensorScope scope(memory.hooks());
+    auto out = program.run(stack, &observer);
+    memory.endForward();
+    forwardWorkspace = observer.workspace;
+  }
+  profile.facts = memory.facts();
+  profile.facts.outputs.resize(g.numNodes());
+  profile.facts.writesParameter.resize(g.numNodes(), 0);
 }
 
 }  // namespace
@@ -81,11 +108,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   auto& graph = *g.graph();
   SLUICE_CHECK(inputs.size() == graph.inputs().size(), GraphError,
                "profile: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
-  memory::SavedBytesCounter counter;
-  counter.holdPackedTensors(true);  // each node's graph is freed after its backward; see holdPackedTensors
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (g.inputs()[i].kind != InputKind::Data) counter.exclude(inputs[i]);
-  }
+  memory::installCountingAllocator();
   std::unordered_map<const torch::jit::Node*, int> indexOf;
   for (auto& n : g.nodes()) indexOf[n.irNode] = n.index;
 
@@ -93,13 +116,17 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   profile.graphHash = g.hash();
   profile.iterations = options.iterations;
   profile.nodes.resize(g.numNodes());
+  std::vector<int64_t> forwardWorkspace, backwardWorkspace(g.numNodes(), 0);
+  profileMemory(g, inputs, profile, forwardWorkspace);
+  forwardWorkspace.resize(g.numNodes(), 0);
   std::vector<std::vector<double>> fwd(g.numNodes()), bwd(g.numNodes());
   std::unordered_set<std::string> paramsSeen;
   for (auto& n : g.nodes()) {
     auto& p = profile.nodes[n.index];
     p.index = n.index;
     p.op = n.op;
-    p.recomputable = isRandom(n.op);
+    p.random = memory::isRandomOp(n.op);
+    p.recomputable = !profile.facts.writesParameter[n.index];
     for (auto& name : n.params) {
       if (!paramsSeen.insert(name).second) continue;
       for (size_t i = 0; i < g.inputs().size(); ++i) {
@@ -107,17 +134,19 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       }
     }
   }
+  for (auto& f : profile.facts.storages) {
+    if (!f.savers.empty()) profile.nodes.at(f.key.node).savedBytes += f.bytes;
+  }
 
+  // Timing: every node alone, on detached copies of its inputs.
+  NodeProgram program(g.graph());
   const int runs = options.warmup + options.iterations;
   for (int run = 0; run < runs; ++run) {
-    const bool measureMemory = run == 0, timed = run >= options.warmup;
+    const bool first = run == 0, timed = run >= options.warmup;
     std::unordered_map<const torch::jit::Value*, IValue> env;
     for (size_t i = 0; i < inputs.size(); ++i) env[graph.inputs()[i]] = inputs[i];
-    for (auto* node : graph.nodes()) {
-      if (node->kind() == c10::prim::Constant) {
-        env[node->output()] = *torch::jit::toIValue(node->output());
-        continue;
-      }
+    for (int pos = 0; pos < program.numNodes(); ++pos) {
+      auto* node = program.node(pos);
       auto found = indexOf.find(node);
       const bool indexed = found != indexOf.end();
       const bool inPlace = indexed && !g.nodes()[found->second].op.empty() && g.nodes()[found->second].op.back() == '_';
@@ -138,26 +167,19 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
         stack.push_back(std::move(v));
       }
       if (!indexed) {
-        runNode(node, stack);
+        program.runNode(pos, stack);
       } else {
         auto& p = profile.nodes[found->second];
-        const int64_t before = counter.bytes();
         auto t0 = Clock::now();
-        if (measureMemory) {
-          memory::SavedTensorScope scope(counter.factory());
-          runNode(node, stack);
-        } else {
-          runNode(node, stack);
-        }
+        program.runNode(pos, stack);
         auto t1 = Clock::now();
-        if (measureMemory) p.savedBytes = counter.bytes() - before;
-        std::vector<torch::Tensor> outs, grads;
+        std::vector<torch::Tensor> outs, grads, roots;
         for (auto& v : stack) collectTensors(v, outs);
-        if (measureMemory) {
+        if (first) {
           p.outputBytes = 0;
           for (auto& t : outs) p.outputBytes += static_cast<int64_t>(t.nbytes());
         }
-        std::vector<torch::Tensor> roots;
+        const int64_t before = allocated();
         for (auto& t : outs) {
           if (t.requires_grad()) {
             roots.push_back(t);
@@ -166,10 +188,12 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
         }
         double backward = 0;
         if (!roots.empty() && !leaves.empty()) {
+          if (first) memory::resetPeak();
           auto t2 = Clock::now();
-          torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
-                                /*allow_unused=*/true);
+          auto inputGrads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
+                                                  /*allow_unused=*/true);
           backward = seconds(t2, Clock::now());
+          if (first) backwardWorkspace[found->second] = memory::allocatorStats().peakBytes - before;
         }
         if (timed) {
           fwd[found->second].push_back(seconds(t0, t1));
@@ -183,30 +207,50 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       }
     }
   }
-  counter.reset();
   for (int i = 0; i < g.numNodes(); ++i) {
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
+    profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
   }
   return profile;
 }
 
-std::pair<double, double> profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss,
-                                      const torch::Tensor& output, const ProfileOptions& options) {
+LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss, const torch::Tensor& output,
+                        const ProfileOptions& options) {
+  memory::installCountingAllocator();
+  LossProfile out;
   std::vector<double> fwd, bwd;
   for (int run = 0; run < options.warmup + options.iterations; ++run) {
+    const bool first = run == 0;
     auto leaf = output.detach().requires_grad_(output.is_floating_point());
+    memory::SavedBytesCounter counter;
+    const int64_t base = allocated();
+    if (first) memory::resetPeak();
     auto t0 = Clock::now();
-    auto l = loss(leaf);
+    torch::Tensor l;
+    if (first) {
+      memory::SavedTensorScope scope(counter.factory());
+      l = loss(leaf);
+    } else {
+      l = loss(leaf);
+    }
     auto t1 = Clock::now();
     if (leaf.requires_grad()) l.backward();
     auto t2 = Clock::now();
+    if (first) {
+      out.savedBytes = counter.bytes();
+      // The logits stay alive through the loss's forward in training; here they existed before `base`.
+      out.workspaceBytes = std::max<int64_t>(0, memory::allocatorStats().peakBytes - base - out.savedBytes) +
+                           static_cast<int64_t>(output.nbytes());
+    }
     if (run >= options.warmup) {
       fwd.push_back(seconds(t0, t1));
       bwd.push_back(seconds(t1, t2));
     }
   }
-  return {median(fwd), median(bwd)};
+  out.forwardSeconds = median(fwd);
+  out.backwardSeconds = median(bwd);
+  return out;
 }
 
 }  // namespace sluice::partition

@@ -1,5 +1,9 @@
 #include "pipeline/StageWorker.h"
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -18,11 +22,13 @@ TensorSpec specOf(const ValueInfo& v) { return TensorSpec{v.shape, v.dtype}; }
 
 // State of one micro-batch between its forward and its backward.
 struct StageWorker::InFlight {
-  std::vector<torch::Tensor> inputs;   // boundary inputs (leaves when they need grad)
-  std::vector<torch::Tensor> outputs;  // stage outputs
-  torch::Tensor loss;                  // last stage only
+  std::vector<torch::Tensor> inputs;                // boundary inputs (leaves when they need grad)
+  std::vector<torch::Tensor> outputs;               // stage outputs, until sent
+  std::vector<torch::autograd::Edge> outputEdges;   // where each output's gradient enters autograd
+  torch::Tensor loss;                               // last stage only
   std::vector<RecvWork> activationRecvs;
   std::vector<RecvWork> gradRecvs;
+  bool activationsPosted = false, gradsPosted = false;
   std::vector<torch::Tensor> outputGrads;
 };
 
@@ -44,6 +50,19 @@ StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Co
   for (auto& v : stage_.outputs) outputNeedsGrad_.push_back(!isLast() && needsGrad(v));
 }
 
+StageWorker::~StageWorker() = default;
+
+void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir) {
+  SLUICE_CHECK(module_.mode() == ExecMode::Eager, GraphError,
+               "stage " << stage_.index << ": a memory plan (swap, recompute) needs pipeline.execution: eager");
+  memory::StageMemoryOptions options;
+  options.plan = std::move(plan);
+  options.swapDir = swapDir;
+  options.stageName = "stage " + std::to_string(stage_.index);
+  memory_ = std::make_unique<memory::StageMemory>(module_.program(), stage_.nodeIndex, params_, std::move(options));
+  if (!memory_->active()) memory_.reset();
+}
+
 std::vector<torch::Tensor> StageWorker::trainableParameters() const {
   std::vector<torch::Tensor> out;
   for (auto& p : params_) {
@@ -60,6 +79,80 @@ int StageWorker::tag(int microBatch, int value, size_t count) const {
   return t;
 }
 
+void StageWorker::postReceives(const Action& a, std::vector<InFlight>& state) {
+  auto& st = state[a.microBatch];
+  const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
+  if (a.kind == ActionKind::RecvActivation && !st.activationsPosted) {
+    st.activationsPosted = true;
+    for (size_t i = 0; i < nIn; ++i) {
+      st.activationRecvs.push_back(
+          comm_.irecv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, tag(a.microBatch, i, nIn)));
+    }
+  } else if (a.kind == ActionKind::RecvGrad && !st.gradsPosted) {
+    st.gradsPosted = true;
+    for (size_t i = 0; i < nOut; ++i) {
+      if (outputNeedsGrad_[i]) {
+        st.gradRecvs.push_back(comm_.irecv(specOf(stage_.outputs[i]), stage_.index + 1, tag(a.microBatch, i, nOut)));
+      }
+    }
+  }
+}
+
+void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum) {
+  const int m = schedule_.microBatches;
+  if (isFirst()) st.inputs = {data.input};
+  std::vector<torch::Tensor> in = st.inputs;
+  in.insert(in.end(), params_.begin(), params_.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  if (memory_) {
+    memory_->beginForward(mb, st.inputs);
+    {
+      memory::SavedTensorScope scope(memory_->hooks());
+      st.outputs = module_.forward(in, memory_.get());
+    }
+    memory_->endForward();
+  } else {
+    std::optional<memory::SavedTensorScope> scope;  // the stage graph's tensors only, not the loss's
+    if (savedBytes_) scope.emplace(savedBytes_->factory());
+    st.outputs = module_.forward(in);
+  }
+  if (isLast()) {
+    st.loss = lossFn_(st.outputs.at(0), data.target) / m;
+    auto detached = st.loss.detach();
+    lossSum = lossSum.defined() ? lossSum + detached : detached;
+    st.outputs.clear();  // the loss's graph holds what its backward needs
+  }
+  times_.forwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++times_.forwards;
+}
+
+void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBackwards) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (memory_) memory_->beginBackward(mb, nextBackwards);
+  if (isLast()) {
+    st.loss.backward();
+  } else {
+    torch::autograd::edge_list roots;
+    std::vector<torch::Tensor> grads;
+    for (size_t i = 0; i < st.outputEdges.size(); ++i) {
+      if (st.outputEdges[i].is_valid() && st.outputGrads[i].defined()) {
+        roots.push_back(st.outputEdges[i]);
+        grads.push_back(st.outputGrads[i]);
+      }
+    }
+    if (!roots.empty()) {
+      torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
+                                                            /*create_graph=*/false, /*accumulate_grad=*/true);
+    }
+  }
+  if (memory_) memory_->endBackward(mb);
+  st.outputEdges.clear();
+  st.outputGrads.clear();
+  st.loss = torch::Tensor();
+  times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++times_.backwards;
+}
+
 torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
   const int m = schedule_.microBatches;
   SLUICE_CHECK(static_cast<int>(microBatches.size()) == m, Error,
@@ -67,31 +160,27 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
   const auto& actions = schedule_.actions[stage_.index];
   const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   std::vector<InFlight> state(m);
+  auto isCompute = [](const Action& a) { return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward; };
+  // Sent tensors are released as soon as their sends complete (Note [bounded buffers]).
+  auto reapSends = [&] {
+    sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
+  };
 
-  // Post every receive of the step now; they complete as neighbours send.
-  for (auto& a : actions) {
+  torch::Tensor lossSum;
+  for (size_t x = 0; x < actions.size(); ++x) {
+    const Action& a = actions[x];
     auto& st = state[a.microBatch];
-    if (a.kind == ActionKind::RecvActivation) {
-      for (size_t i = 0; i < nIn; ++i) {
-        st.activationRecvs.push_back(
-            comm_.irecv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, tag(a.microBatch, i, nIn)));
-      }
-    } else if (a.kind == ActionKind::RecvGrad) {
-      for (size_t i = 0; i < nOut; ++i) {
-        if (outputNeedsGrad_[i]) {
-          st.gradRecvs.push_back(comm_.irecv(specOf(stage_.outputs[i]), stage_.index + 1, tag(a.microBatch, i, nOut)));
-        }
+    reapSends();
+    if (isCompute(a)) {
+      // Post the receives needed up to the next compute action, so they arrive while this one runs.
+      for (size_t y = x + 1; y < actions.size(); ++y) {
+        postReceives(actions[y], state);
+        if (isCompute(actions[y])) break;
       }
     }
-  }
-
-  std::vector<Work> sends;
-  torch::Tensor lossSum;
-  for (auto& a : actions) {
-    auto& st = state[a.microBatch];
-    const MicroBatch& mb = microBatches[a.microBatch];
     switch (a.kind) {
       case ActionKind::RecvActivation: {
+        postReceives(a, state);
         for (size_t i = 0; i < nIn; ++i) {
           auto t = st.activationRecvs[i].wait().tensor;
           if (inputNeedsGrad_[i]) t.requires_grad_(true);
@@ -100,33 +189,23 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         st.activationRecvs.clear();
         break;
       }
-      case ActionKind::Forward: {
-        if (isFirst()) st.inputs = {mb.input};
-        std::vector<torch::Tensor> in = st.inputs;
-        in.insert(in.end(), params_.begin(), params_.end());
-        const auto t0 = std::chrono::steady_clock::now();
-        {
-          std::optional<memory::SavedTensorScope> scope;  // the stage graph's tensors only, not the loss's
-          if (savedBytes_) scope.emplace(savedBytes_->factory());
-          st.outputs = module_.forward(in);
-        }
-        if (isLast()) {
-          st.loss = lossFn_(st.outputs.at(0), mb.target) / m;
-          auto detached = st.loss.detach();
-          lossSum = lossSum.defined() ? lossSum + detached : detached;
-        }
-        times_.forwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ++times_.forwards;
+      case ActionKind::Forward:
+        forward(a.microBatch, st, microBatches[a.microBatch], lossSum);
         break;
-      }
       case ActionKind::SendActivation: {
+        st.outputEdges.assign(nOut, torch::autograd::Edge());
         for (size_t i = 0; i < nOut; ++i) {
-          sends.push_back(comm_.isend(st.outputs[i].detach().contiguous(), stage_.index + 1, tag(a.microBatch, i, nOut),
-                                      outputNeedsGrad_[i]));
+          sends_.push_back(comm_.isend(st.outputs[i].detach().contiguous(), stage_.index + 1,
+                                       tag(a.microBatch, i, nOut), outputNeedsGrad_[i]));
+          if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
+            st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
+          }
         }
+        st.outputs.clear();
         break;
       }
       case ActionKind::RecvGrad: {
+        postReceives(a, state);
         size_t k = 0;
         st.outputGrads.assign(nOut, torch::Tensor());
         for (size_t i = 0; i < nOut; ++i) {
@@ -136,24 +215,11 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         break;
       }
       case ActionKind::Backward: {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (isLast()) {
-          st.loss.backward();
-        } else {
-          std::vector<torch::Tensor> roots, grads;
-          for (size_t i = 0; i < nOut; ++i) {
-            if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
-              roots.push_back(st.outputs[i]);
-              grads.push_back(st.outputGrads[i]);
-            }
-          }
-          if (!roots.empty()) torch::autograd::backward(roots, grads);
+        std::vector<int> next;
+        for (size_t y = x + 1; y < actions.size() && next.empty(); ++y) {
+          if (actions[y].kind == ActionKind::Backward) next.push_back(actions[y].microBatch);
         }
-        st.outputs.clear();
-        st.outputGrads.clear();
-        st.loss = torch::Tensor();
-        times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ++times_.backwards;
+        backward(a.microBatch, st, next);
         break;
       }
       case ActionKind::SendGrad: {
@@ -162,14 +228,15 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
           // An input no node differentiated through still owes its sender a gradient: zero.
           auto g = st.inputs[i].grad();
           if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
-          sends.push_back(comm_.isend(g.contiguous(), stage_.index - 1, tag(a.microBatch, i, nIn)));
+          sends_.push_back(comm_.isend(g.contiguous(), stage_.index - 1, tag(a.microBatch, i, nIn)));
         }
         st.inputs.clear();
         break;
       }
     }
   }
-  for (auto& w : sends) w.wait();
+  for (auto& w : sends_) w.wait();
+  sends_.clear();
   return lossSum;
 }
 

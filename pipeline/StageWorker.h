@@ -2,11 +2,20 @@
 //
 // Contract
 // - The pipeline communicator has one rank per stage; rank == stage index.
-// - runMicroBatches() executes the stage's actions for one optimizer step:
-//   it posts every receive of the step up front (so a neighbour's send never
-//   waits for this rank to reach its receive), runs forwards/backwards in
-//   schedule order, and waits for its own sends before returning. Gradients
-//   accumulate into the parameters' .grad across micro-batches.
+// - runMicroBatches() executes the stage's actions for one optimizer step in
+//   schedule order. Note [bounded buffers]: before each forward or backward it
+//   posts the receives the schedule needs right after it (so they arrive
+//   while it computes), never all of the step's at once, and it lets go of a
+//   sent tensor as soon as its send completes; after sending a stage output
+//   it keeps only the output's gradient edge (where its gradient enters
+//   autograd), not the tensor. So a stage holds the activations of the
+//   micro-batches in flight (min(p - s, m) for 1F1B), plus one micro-batch of
+//   receive buffers, which is what the cost model counts. It waits for its
+//   own sends before returning. Gradients accumulate into the parameters'
+//   .grad across micro-batches.
+// - With a memory plan (setMemoryPlan; eager execution), saved tensors are
+//   kept, swapped or recomputed as the plan says (memory::StageMemory);
+//   swapped ones are prefetched in the order the schedule runs backwards.
 // - Each micro-batch's loss is lossFn(output, target) / microBatches, so the
 //   accumulated gradient is that of the mean loss over the step's batch, and
 //   the returned loss (last stage only; undefined elsewhere) is that mean,
@@ -26,6 +35,7 @@
 #include "core/GraphSplit.h"
 #include "core/StageModule.h"
 #include "memory/SavedTensorHooks.h"
+#include "memory/StageMemory.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice::pipeline {
@@ -48,7 +58,14 @@ class StageWorker {
  public:
   // params: tensors for stage.paramInputs, in that order.
   StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm, Schedule schedule,
-              LossFn lossFn, ExecMode mode = ExecMode::Compiled);
+              LossFn lossFn, ExecMode mode = ExecMode::Eager);
+  ~StageWorker();
+
+  // Carry out this memory plan from the next step on (eager execution only;
+  // GraphError otherwise). MemoryError when its swap directory is unusable.
+  void setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir);
+  // nullptr without a memory plan.
+  const memory::StageMemory* memory() const { return memory_.get(); }
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
@@ -68,6 +85,9 @@ class StageWorker {
  private:
   struct InFlight;
   int tag(int microBatch, int value, size_t count) const;
+  void postReceives(const Action& a, std::vector<InFlight>& state);
+  void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
+  void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
 
   StageGraph stage_;
   std::vector<torch::Tensor> params_;
@@ -79,6 +99,8 @@ class StageWorker {
   std::vector<bool> outputNeedsGrad_;  // per output
   ComputeTimes times_;
   memory::LiveSavedBytes* savedBytes_ = nullptr;
+  std::unique_ptr<memory::StageMemory> memory_;
+  std::vector<Work> sends_;
 };
 
 }  // namespace sluice::pipeline

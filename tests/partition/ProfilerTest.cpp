@@ -1,13 +1,16 @@
-// The node-by-node profiler: per-node saved bytes, parameter bytes, a
-// protobuf round trip keyed by the graph hash. No timing is asserted.
+// The node-by-node profiler: saved bytes attributed to the node that made
+// the storage, parameter bytes, recompute segments, a protobuf round trip
+// keyed by the graph hash. No timing is asserted.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "core/Error.h"
 #include "memory/SavedTensorHooks.h"
 #include "partition/Profile.h"
+#include "partition/Segments.h"
 #include "tests/TestUtil.h"
 
 namespace sluice::partition {
@@ -33,11 +36,33 @@ TEST(Profiler, SavedAndParameterBytesPerNode) {
   ASSERT_EQ(static_cast<int>(f.profile.nodes.size()), g.numNodes());
   EXPECT_EQ(f.profile.graphHash, g.hash());
   // The first matmul (x @ W^T of block 0's attention input projection) saves
-  // its activation input; W^T is a view of a parameter and does not count.
+  // its activation input, which layer_norm made: the bytes are layer_norm's.
+  // W^T is a view of a parameter and is no saved storage at all.
+  const auto& facts = f.profile.facts;
+  std::map<std::string, std::pair<int, int>> producedBy;
+  for (auto& n : g.nodes()) {
+    for (size_t i = 0; i < n.outputs.size(); ++i) producedBy[n.outputs[i].name] = {n.index, static_cast<int>(i)};
+  }
   for (auto& n : g.nodes()) {
     if (n.op != "aten::matmul") continue;
-    EXPECT_EQ(f.profile.nodes[n.index].savedBytes, g.value(n.inputs[0]).bytes()) << "node " << n.index;
+    auto [ln, out] = producedBy.at(n.inputs[0]);
+    EXPECT_EQ(g.nodes()[ln].op, "aten::layer_norm");
+    const auto& where = facts.outputs.at(ln).at(out);
+    ASSERT_EQ(where.kind, memory::ValueStorage::Node);
+    EXPECT_EQ(where.key.node, ln);
+    const int x = facts.find(where.key);
+    ASSERT_GE(x, 0);
+    EXPECT_EQ(facts.storages[x].bytes, g.value(n.inputs[0]).bytes());
+    EXPECT_NE(std::find(facts.storages[x].savers.begin(), facts.storages[x].savers.end(), n.index),
+              facts.storages[x].savers.end());
+    // layer_norm also saves its own mean and rstd: more than its output.
+    EXPECT_GT(f.profile.nodes[ln].savedBytes, g.value(n.inputs[0]).bytes());
+    auto [t, tOut] = producedBy.at(n.inputs[1]);
+    EXPECT_EQ(facts.outputs.at(t).at(tOut).kind, memory::ValueStorage::Parameter);
     break;
+  }
+  for (auto& st : facts.storages) {
+    for (int saver : st.savers) EXPECT_GE(saver, st.key.node);
   }
   int64_t params = 0, profiled = 0;
   for (auto& in : g.inputs()) {
@@ -48,8 +73,70 @@ TEST(Profiler, SavedAndParameterBytesPerNode) {
   for (auto& n : f.profile.nodes) {
     EXPECT_GE(n.forwardSeconds, 0);
     EXPECT_GE(n.backwardSeconds, 0);
-    EXPECT_TRUE(n.recomputable) << n.op;  // the GPT has no random ops
+    EXPECT_TRUE(n.recomputable) << n.op;  // nothing writes a parameter in place
+    EXPECT_FALSE(n.random) << n.op;       // no dropout in this GPT
+    EXPECT_GE(n.workspaceBytes, 0);
   }
+}
+
+// A recompute segment re-runs what nothing keeps: every input of a segment
+// node that the segment does not produce is a parameter, a data input, a
+// constant, a non-tensor scalar, or lives on a saved storage (kept, swapped
+// or itself recomputed). For the attention probabilities that reaches back
+// through q @ k^T, the scale and the mask to the qkv projection, whose
+// reshaped views matmul saves as copies (so qkv itself is saved by nobody).
+TEST(Profiler, RecomputeSegmentsCloseOverWhatNothingSaved) {
+  Fixture f;
+  auto& g = *f.graph;
+  const auto& facts = f.profile.facts;
+  auto storages = savedStorages(g, facts);
+  ASSERT_FALSE(storages.empty());
+  std::map<std::string, std::pair<int, int>> producedBy;
+  for (auto& n : g.nodes()) {
+    for (size_t i = 0; i < n.outputs.size(); ++i) producedBy[n.outputs[i].name] = {n.index, static_cast<int>(i)};
+  }
+  auto saved = [&](const memory::StorageKey& k) {
+    const int x = facts.find(k);
+    return x >= 0 && !facts.storages[x].savers.empty();
+  };
+  for (auto& s : storages) {
+    ASSERT_TRUE(std::is_sorted(s.segment.begin(), s.segment.end()));
+    EXPECT_NE(std::find(s.segment.begin(), s.segment.end(), s.producer), s.segment.end());
+    for (int node : s.segment) {
+      for (auto& in : g.nodes()[node].inputs) {
+        auto it = producedBy.find(in);
+        if (it == producedBy.end()) continue;  // graph input or constant
+        auto [m, out] = it->second;
+        if (std::binary_search(s.segment.begin(), s.segment.end(), m)) continue;
+        const auto& where = facts.outputs[m][out];
+        const bool available = where.kind == memory::ValueStorage::Parameter ||
+                               where.kind == memory::ValueStorage::External ||
+                               (where.kind == memory::ValueStorage::Node && saved(where.key)) ||
+                               (where.kind == memory::ValueStorage::NotTensor && !g.value(in).isTensor);
+        EXPECT_TRUE(available) << "segment of node " << s.producer << " reads %" << in << " from node " << m
+                               << " (" << g.nodes()[m].op << "), which nothing keeps";
+      }
+    }
+  }
+  int softmax = -1;
+  for (auto& n : g.nodes()) {
+    if (n.op == "aten::softmax") {
+      softmax = n.index;
+      break;
+    }
+  }
+  bool found = false;
+  for (auto& s : storages) {
+    if (s.producer != softmax) continue;
+    found = true;
+    std::vector<std::string> tail;
+    for (size_t i = s.segment.size() >= 4 ? s.segment.size() - 4 : 0; i < s.segment.size(); ++i) {
+      tail.push_back(g.nodes()[s.segment[i]].op);
+    }
+    EXPECT_EQ(tail, (std::vector<std::string>{"aten::matmul", "aten::mul", "aten::masked_fill", "aten::softmax"}));
+    EXPECT_EQ(g.nodes()[s.segment.front()].op, "aten::matmul") << "back to the qkv projection";
+  }
+  EXPECT_TRUE(found) << "the softmax output is saved (by softmax and by att @ v)";
 }
 
 TEST(Profiler, TotalSavedBytesMatchAnEagerTrainingForward) {
@@ -57,6 +144,7 @@ TEST(Profiler, TotalSavedBytesMatchAnEagerTrainingForward) {
   memory::SavedBytesCounter counter;
   for (auto& p : f.gpt->parameters()) counter.exclude(p);
   for (auto& b : f.gpt->buffers()) counter.exclude(b);
+  counter.exclude(f.tokens);  // a stage's boundary input: held anyway, never a saved activation
   torch::Tensor loss;
   {
     memory::SavedTensorScope scope(counter.factory());
@@ -78,8 +166,15 @@ TEST(Profiler, RoundTripAndRefusals) {
   for (size_t i = 0; i < back.nodes.size(); ++i) {
     EXPECT_EQ(back.nodes[i].op, f.profile.nodes[i].op);
     EXPECT_EQ(back.nodes[i].savedBytes, f.profile.nodes[i].savedBytes);
+    EXPECT_EQ(back.nodes[i].workspaceBytes, f.profile.nodes[i].workspaceBytes);
     EXPECT_DOUBLE_EQ(back.nodes[i].forwardSeconds, f.profile.nodes[i].forwardSeconds);
   }
+  ASSERT_EQ(back.facts.storages.size(), f.profile.facts.storages.size());
+  for (size_t i = 0; i < back.facts.storages.size(); ++i) {
+    EXPECT_EQ(back.facts.storages[i].key, f.profile.facts.storages[i].key);
+    EXPECT_EQ(back.facts.storages[i].savers, f.profile.facts.storages[i].savers);
+  }
+  EXPECT_EQ(back.lossSavedBytes, f.profile.lossSavedBytes);
   try {
     Profile::load(path, "0123456789abcdef");
     ADD_FAILURE() << "a profile of another graph was accepted";

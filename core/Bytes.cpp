@@ -1,8 +1,8 @@
-#include "memory/MemoryAccounting.h"
+#include "core/Bytes.h"
 
 #include <cstdio>
 
-namespace sluice::memory {
+namespace sluice {
 
 int64_t tensorBytes(const std::vector<torch::Tensor>& tensors) {
   int64_t total = 0;
@@ -14,15 +14,17 @@ int64_t tensorBytes(const std::vector<torch::Tensor>& tensors) {
 
 std::string formatBytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
+  double v = static_cast<double>(bytes < 0 ? -bytes : bytes);
   int u = 0;
   while (v >= 1024 && u < 4) {
     v /= 1024;
     ++u;
   }
   char buf[32];
-  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%s%.0f %s" : "%s%.2f %s", bytes < 0 ? "-" : "", v, units[u]);
   return buf;
 }
 
-}  // namespace sluice::memory
+std::string formatBytesExact(int64_t bytes) { return formatBytes(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
+
+}  // namespace sluice

@@ -1,0 +1,364 @@
+#include "launcher/Trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "core/Bytes.h"
+#include "core/Error.h"
+#include "core/Files.h"
+#include "core/Log.h"
+#include "core/SystemInfo.h"
+#include "launcher/Job.h"
+#include "launcher/Planning.h"
+#include "memory/CountingAllocator.h"
+#include "optim/DistAdam.h"
+
+namespace sluice {
+namespace fs = std::filesystem;
+
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+// The torchrun names, for user code and libraries that read them.
+void exportRankEnv(int rank, int world) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)).c_str(), 1);
+}
+
+int64_t allocatedNow() { return memory::allocatorStats().currentBytes; }
+
+}  // namespace
+
+Trainer::Trainer(Config config) : c_(std::move(config)) {}
+
+Trainer::~Trainer() { memory::setAllocationLimit(0); }
+
+void Trainer::run() {
+  setUp();
+  plan();
+  buildStage();
+  train();
+  report();
+}
+
+void Trainer::setUp() {
+  memory::installCountingAllocator();
+  world_ = Communicator::world();
+  rank_ = world_.rank();
+  log::setRank(world_.size() > 1 ? rank_ : -1);
+  SLUICE_CHECK(world_.size() == c_.worldSize(), ConfigError,
+               "config error: the job needs pipeline.stages (" << c_.pipeline.stages << ") x pipeline.data_parallel ("
+                   << c_.pipeline.dataParallel << ") = " << c_.worldSize() << " ranks but MPI started "
+                   << world_.size());
+  exportRankEnv(rank_, world_.size());
+  threads_ = threadsForRank(c_, hardwareCores(), envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  at::set_num_threads(threads_);
+  setup_ = makeModelSetup(c_);
+  graph_.emplace(setup_.capture(c_.training.microBatchSize));
+  // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
+  // replica's stages are a pipeline communicator (rank == stage); each stage's
+  // replicas are a data-parallel communicator for DistAdam.
+  stageIndex_ = rank_ % c_.pipeline.stages;
+  dpRank_ = rank_ / c_.pipeline.stages;
+}
+
+void Trainer::plan() {
+  const auto& m = c_.memory;
+  cuts_ = c_.pipeline.cuts;
+  // A plan decides the split (without cuts) and what is kept; a memory plan
+  // is needed for a budget under policy plan, and for full_recompute.
+  const bool memoryDecisions = m.policy == "full_recompute" || (m.policy == "plan" && m.budgetMb > 0);
+  const bool split = c_.pipeline.stages > 1 && cuts_.empty();
+  if (!c_.pipeline.plan.empty() || split || memoryDecisions) {
+    plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
+    cuts_ = plan_->cuts();
+    memoryPlan_ = memoryPlanFor(*plan_, stageIndex_, c_);
+  }
+  auto stages = splitGraph(*graph_, cuts_);
+  stage_ = stages.at(stageIndex_);
+}
+
+void Trainer::buildStage() {
+  const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
+  pipelineComm_ = world_.split(dpRank_, stageIndex_);
+  dpComm_ = world_.split(stageIndex_, dpRank_);
+  // Outputs only once the job is known to be runnable (bad cuts fail above):
+  // rank 0 creates the folder, the others wait for it.
+  const fs::path out = c_.job.outputDir;
+  outDir_ = out.string();
+  if (rank_ == 0) {
+    fs::create_directories(out / "logs");
+    writeFileAtomically((out / "config.resolved.yaml").string(), c_.toYaml());
+  }
+  world_.barrier();
+  log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string());
+  if (rank_ == 0) {
+    log::info("resolved config\n" + c_.toYaml() + settingsTable() + "data: " + setup_.dataset->describe());
+    if (plan_) {
+      plan_->save((out / "plan.pb").string());
+      log::info("plan (" + (out / "plan.pb").string() + ")\n" + plan_->table());
+    }
+    if (c_.pipeline.microbatches < stages) {
+      log::warn("pipeline.microbatches (" + std::to_string(c_.pipeline.microbatches) + ") < pipeline.stages (" +
+                std::to_string(stages) + "): most ranks idle most of the step; use at least " +
+                std::to_string(stages) + " (ideally 4x) micro-batches");
+    }
+  }
+  const auto mode = c_.pipeline.execution == "eager" ? ExecMode::Eager : ExecMode::Compiled;
+  const auto& stage = *stage_;
+  worker_ = std::make_unique<pipeline::StageWorker>(
+      stage, setup_.tensorsByName(stage.paramInputs), pipelineComm_,
+      pipeline::makeSchedule(c_.pipeline.schedule, stages, c_.pipeline.microbatches), setup_.loss, mode);
+  if (memoryPlan_.freesAnything()) {
+    worker_->setMemoryPlan(memoryPlan_, swapDir(c_));
+    const auto* mem = worker_->memory();
+    int swaps = 0, recomputes = 0;
+    for (auto& d : memoryPlan_.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
+    log::info("stage " + std::to_string(stageIndex_) + " memory plan: " + std::to_string(swaps) + " storages swapped" +
+              (swaps ? " to " + mem->swapDescription() : "") + ", " + std::to_string(recomputes) + " recomputed");
+  }
+  auto params = worker_->trainableParameters();
+  if (c_.logging.measureMemory && !worker_->memory()) {
+    savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
+    for (auto& t : setup_.tensorsByName(stage.paramInputs)) savedBytes_->exclude(t);
+    worker_->measureSavedBytes(savedBytes_.get());
+  }
+  log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
+            std::to_string(stage.endNode) + "), " + std::to_string(params.size()) + " parameter tensors (" +
+            formatBytes(tensorBytes(params)) + "), " + std::to_string(stage.boundaryInputs.size()) +
+            " boundary inputs, " + std::to_string(stage.outputs.size()) + " outputs");
+
+  auto adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
+                   .betas({c_.optimizer.beta1, c_.optimizer.beta2})
+                   .eps(c_.optimizer.eps)
+                   .weight_decay(c_.optimizer.weightDecay);
+  if (c_.optimizer.name == "dist_adam") {
+    auto dist = std::make_unique<optim::DistAdam>(params, dpComm_, adamw,
+                                                  optim::parseDistAdamMode(c_.optimizer.distAdamMode), dp);
+    dist->setAccumulationSteps(c_.pipeline.microbatches);  // reduce on the last micro-batch's backward
+    log::info("DistAdam (" + c_.optimizer.distAdamMode + ") over " + std::to_string(dp) + " ranks: " +
+              formatBytes(dist->stateBytes()) + " of optimizer state on this rank (" +
+              std::to_string(dist->stateBytes()) + " bytes)");
+    optimizer_ = std::move(dist);
+  } else {
+    optimizer_ = std::make_unique<torch::optim::AdamW>(params, adamw);
+  }
+  if (worker_->isLast() && dpRank_ == 0) {
+    metrics_ = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c_.training.steps);
+  }
+  freeOtherStagesTensors();
+}
+
+// Every rank builds the whole model from the seed (identical initial
+// weights everywhere); the tensors of other stages are dropped here, so a
+// rank holds only its stage.
+void Trainer::freeOtherStagesTensors() {
+  const std::set<std::string> mine(stage_->paramInputs.begin(), stage_->paramInputs.end());
+  torch::NoGradGuard noGrad;
+  for (auto& item : setup_.module->named_parameters(/*recurse=*/true)) {
+    if (!mine.count(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
+  }
+  for (auto& item : setup_.module->named_buffers(/*recurse=*/true)) {
+    if (!mine.count(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
+  }
+}
+
+std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
+  // Each data-parallel rank trains on its own disjoint rows of the global batch.
+  const int dp = c_.pipeline.dataParallel, m = c_.pipeline.microbatches;
+  const int64_t mbs = c_.training.microBatchSize;
+  auto global = setup_.dataset->batch(step, c_.training.globalBatchSize);
+  const int64_t rows = c_.training.globalBatchSize / dp;
+  data::Batch batch{global.input.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows),
+                    global.target.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows)};
+  std::vector<pipeline::MicroBatch> micro;
+  for (int i = 0; i < m; ++i) {
+    micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs)});
+  }
+  return micro;
+}
+
+// Note [lazy loss]: losses and memory peaks are read here only, every
+// logging.interval steps. The global loss is the mean of the replicas' losses
+// (equal shares of the global batch); a stage's peak is the max over replicas.
+void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks) {
+  const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
+  auto mine = torch::tensor(peaks, torch::kInt64);
+  auto all = torch::zeros({world_.size() * static_cast<int64_t>(peaks.size())}, torch::kInt64);
+  world_.allGather(mine, all);
+  if (!worker_->isLast()) return;
+  std::vector<torch::Tensor> losses;
+  for (auto& r : pending) losses.push_back(r.loss);
+  auto stacked = torch::stack(losses).contiguous();
+  if (dp > 1) dpComm_.allReduce(stacked, ReduceOp::Average);
+  auto perRank = all.view({world_.size(), static_cast<int64_t>(peaks.size())});
+  for (size_t i = 0; i < pending.size(); ++i) {
+    pending[i].loss = stacked[i];
+    pending[i].stagePeakBytes.assign(stages, 0);
+    for (int r = 0; r < world_.size(); ++r) {
+      auto& slot = pending[i].stagePeakBytes[r % stages];
+      slot = std::max(slot, perRank[r][static_cast<int64_t>(i)].item<int64_t>());
+    }
+  }
+  if (metrics_) {
+    for (auto& r : pending) metrics_->record(r);
+    metrics_->flush();
+  }
+}
+
+void Trainer::train() {
+  optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
+                       c_.training.steps};
+  std::vector<StepRecord> pending;  // steps whose loss is not read yet
+  std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
+  warmSteps_ = std::min<int64_t>(2, c_.training.steps - 1);  // compute times count after these
+  // What lives outside the model now (data, buffers of the runtime): reported apart.
+  otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(stage_->paramInputs));
+  if (c_.memory.hardLimit) {
+    const auto budget = static_cast<int64_t>(c_.memory.budgetMb * 1024.0 * 1024.0);
+    memory::setAllocationLimit(budget + otherBytes_, "stage " + std::to_string(stageIndex_));
+    log::info("memory.hard_limit: allocations beyond " + formatBytesExact(budget) + " for the model (+ " +
+              formatBytes(otherBytes_) + " outside it) fail");
+  }
+  for (int64_t step = 0; step < c_.training.steps; ++step) {
+    if (step == warmSteps_) warm_ = worker_->computeTimes();
+    auto t0 = std::chrono::steady_clock::now();
+    auto micro = microBatchesFor(step);
+    const double stepLr = lr.at(step);
+    optim::setLearningRate(*optimizer_, stepLr);
+    memory::resetPeak();
+    auto loss = worker_->trainStep(micro, *optimizer_);
+    const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
+    modelPeak_ = std::max(modelPeak_, peak);
+    peaks.push_back(peak);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
+                       c_.training.globalBatchSize * setup_.tokensPerSample, {}});
+    if ((step + 1) % c_.logging.interval == 0 || step + 1 == c_.training.steps) {
+      flushLogPoint(pending, peaks);
+      pending.clear();
+      peaks.clear();
+    }
+  }
+  memory::setAllocationLimit(0);
+}
+
+void Trainer::report() {
+  const auto& stage = *stage_;
+  const auto& sm = worker_->module().metrics();
+  char buf[400];
+  std::snprintf(buf, sizeof(buf), "stage %d %s: %lld compiles, %lld cache hits, compile %.3f s, execute %.3f s",
+                stage.index, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
+                static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
+  log::info(buf);
+  const auto& ct = worker_->computeTimes();
+  const double mbsTimed = std::max<int64_t>(1, ct.forwards - warm_.forwards);
+  std::snprintf(buf, sizeof(buf),
+                "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after "
+                "%lld warm-up steps)",
+                stage.index, 1e3 * (ct.forwardSeconds - warm_.forwardSeconds) / mbsTimed,
+                1e3 * (ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed,
+                static_cast<long long>(ct.forwards - warm_.forwards), static_cast<long long>(warmSteps_));
+  log::info(buf);
+  int64_t predicted = 0;
+  if (plan_) {
+    const auto& ps = plan_->stages.at(stage.index);
+    predicted = ps.peakBytes;
+    std::snprintf(buf, sizeof(buf),
+                  "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f, "
+                  "recompute %.3f, swap stall %.3f), saved activations peak %lld bytes (%d in flight x %lld kept)",
+                  stage.index, 1e3 * (ps.forward + ps.backward + ps.loss + ps.recompute + ps.swap), 1e3 * ps.forward,
+                  1e3 * ps.backward, 1e3 * ps.loss, 1e3 * ps.recompute, 1e3 * ps.swap,
+                  static_cast<long long>(ps.inFlight * ps.keptBytes), ps.inFlight, static_cast<long long>(ps.keptBytes));
+    log::info(buf);
+  }
+  if (savedBytes_) {
+    log::info("stage " + std::to_string(stage.index) + " saved activations: peak " +
+              std::to_string(savedBytes_->peakBytes()) + " bytes (" + formatBytes(savedBytes_->peakBytes()) + ")");
+  }
+  const int64_t resident = memory::residentPeakBytes();
+  // Machine-readable on purpose: tests and bench/memory read this line.
+  std::snprintf(buf, sizeof(buf),
+                "memory: stage %d measured_peak_bytes=%lld predicted_peak_bytes=%lld outside_model_bytes=%lld "
+                "resident_peak_bytes=%lld",
+                stage.index, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
+                static_cast<long long>(otherBytes_), static_cast<long long>(resident));
+  log::info(buf);
+  if (const auto* mem = worker_->memory()) {
+    const auto s = mem->stats();
+    std::snprintf(buf, sizeof(buf),
+                  "stage %d memory plan: swapped %s (%lld writes, %lld reads, %lld not prefetched in time), swap stall "
+                  "%.3f s; recomputed %s in %lld re-runs, %.3f s",
+                  stage.index, formatBytes(s.swappedBytes).c_str(), static_cast<long long>(s.swap.writes),
+                  static_cast<long long>(s.swap.reads), static_cast<long long>(s.swap.demandReads),
+                  s.swap.stallSeconds, formatBytes(s.recomputedBytes).c_str(), static_cast<long long>(s.recomputes),
+                  s.recomputeSeconds);
+    log::info(buf);
+  }
+  // Rank 0: the per-stage table, predicted next to measured.
+  auto mine = torch::tensor({static_cast<int64_t>(stage.index), modelPeak_, predicted, resident}, torch::kInt64);
+  auto all = torch::zeros({4 * world_.size()}, torch::kInt64);
+  world_.allGather(mine, all);
+  if (rank_ == 0) {
+    std::ostringstream os;
+    os << "memory per rank (model peak: counting allocator, less " << formatBytes(otherBytes_)
+       << " outside the model on rank 0)\n";
+    std::snprintf(buf, sizeof(buf), "%5s %6s %14s %14s %8s %14s\n", "rank", "stage", "measured", "predicted", "error",
+                  "resident");
+    os << buf;
+    auto a = all.view({world_.size(), 4});
+    for (int r = 0; r < world_.size(); ++r) {
+      const int64_t meas = a[r][1].item<int64_t>(), pred = a[r][2].item<int64_t>();
+      const std::string err =
+          pred > 0 ? std::to_string(static_cast<int>(std::lround(100.0 * (meas - pred) / pred))) + "%" : "-";
+      std::snprintf(buf, sizeof(buf), "%5d %6lld %14s %14s %8s %14s\n", r, static_cast<long long>(a[r][0].item<int64_t>()),
+                    formatBytes(meas).c_str(), pred > 0 ? formatBytes(pred).c_str() : "-", err.c_str(),
+                    formatBytes(a[r][3].item<int64_t>()).c_str());
+      os << buf;
+    }
+    log::info(os.str());
+  }
+  if (metrics_) log::info("metrics: " + (fs::path(outDir_) / "metrics.jsonl").string());
+  world_.barrier();
+  log::closeFile();
+}
+
+std::string Trainer::settingsTable() const {
+  std::ostringstream os;
+  auto row = [&](const std::string& k, const std::string& v) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "  %-22s %s\n", k.c_str(), v.c_str());
+    os << buf;
+  };
+  std::string cutText;
+  for (size_t i = 0; i < cuts_.size(); ++i) cutText += (i ? ", " : "") + std::to_string(cuts_[i]);
+  os << "settings\n";
+  row("world", std::to_string(c_.worldSize()) + " = stages " + std::to_string(c_.pipeline.stages) +
+                   " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
+  row("schedule", c_.pipeline.schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
+                      std::to_string(c_.training.microBatchSize));
+  row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");
+  row("execution", c_.pipeline.execution);
+  std::string memoryText = "policy " + c_.memory.policy + ", budget " +
+                           (c_.memory.budgetMb > 0 ? formatBytes(static_cast<int64_t>(c_.memory.budgetMb * 1048576.0)) +
+                                                         " per stage" + (c_.memory.hardLimit ? " (hard limit)" : "")
+                                                   : std::string("none"));
+  row("memory", memoryText);
+  row("threads per rank", std::to_string(threads_));
+  row("BLAS", blasKind());
+  row("LibTorch", torchVersion());
+  row("MPI", mpiLibraryVersion());
+  return os.str();
+}
+
+}  // namespace sluice

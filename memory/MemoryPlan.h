@@ -1,0 +1,60 @@
+// memory::MemoryPlan: what a stage does with the tensors autograd saves.
+//
+// Note [storage keys]: a saved tensor is attributed to the storage it lives
+// on, and a storage to the node that created it: its producer. A storage's
+// key is (producer, slot), where producer is the OpGraph node index and slot
+// numbers the storages that node created in the order they were first seen
+// while it ran: first those saved during the node (its internal tensors, such
+// as layer_norm's mean and rstd, or its own output when it saves that), then
+// its outputs in order. The profiler and the stage worker run the same
+// attribution code (StageMemory), so a plan made from a profile names the
+// storages training sees.
+//
+// A decision applies to every tensor saved on that storage, by any node, so a
+// storage is freed only when all its savers free it. Parameters, the stage's
+// boundary inputs and anything not named here are kept.
+//   swap       written to the swap tier as soon as it is saved (after forward
+//              no longer needs it the memory is released), read back before
+//              the backward that needs it (prefetched);
+//   recompute  dropped; on the first backward read it is rebuilt by re-running
+//              `segment` (the producer, the in-place writers of its storage,
+//              and the producers of any input nothing saved), in order, with
+//              the RNG state each random node saw in forward.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::memory {
+
+enum class TensorAction { Keep = 0, Swap = 1, Recompute = 2 };
+const char* actionName(TensorAction action);
+// Ops that draw from the random generator (dropout, rand*, bernoulli, ...).
+bool isRandomOp(const std::string& op);
+
+struct StorageKey {
+  int node = -1;  // OpGraph index of the producer
+  int slot = 0;
+  bool operator==(const StorageKey& o) const { return node == o.node && slot == o.slot; }
+  bool operator<(const StorageKey& o) const { return node != o.node ? node < o.node : slot < o.slot; }
+};
+
+struct StorageDecision {
+  StorageKey key;
+  TensorAction action = TensorAction::Keep;
+  std::vector<int> segment;  // recompute: OpGraph node indices to re-run, ascending
+  int64_t bytes = 0;         // what the plan expects (for reports)
+};
+
+struct MemoryPlan {
+  std::vector<StorageDecision> decisions;
+  // Swap: bytes written but not yet on the tier, and bytes read back ahead of
+  // their backward, each at most this much (0: one storage at a time).
+  int64_t swapWindowBytes = 64ll << 20;
+  bool freesAnything() const;
+  bool swaps() const;
+  const StorageDecision* find(const StorageKey& key) const;
+};
+
+}  // namespace sluice::memory

@@ -1,0 +1,209 @@
+// StageMemory internals: records of freed storages, the hooks that read them
+// back, and recompute (re-running a segment of the stage's nodes).
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <chrono>
+#include <unordered_set>
+
+#include "core/Error.h"
+#include "memory/SavedRecord.h"
+
+namespace sluice::memory::detail {
+
+std::atomic<int64_t> liveRecordCount{0}, liveHandleCount{0};
+
+const c10::StorageImpl* storageOf(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.storage().unsafeGetStorageImpl();
+}
+
+std::string Context::nodeName(int pos) const {
+  std::string name = program->node(pos)->kind().toQualString();
+  if (nodeIndex[pos] >= 0) name += " (node " + std::to_string(nodeIndex[pos]) + ")";
+  return name;
+}
+
+Geometry::Geometry(const at::Tensor& t) {
+  if (!t.defined()) return;
+  sizes = t.sizes().vec();
+  strides = t.strides().vec();
+  offset = t.storage_offset();
+  dtype = t.scalar_type();
+}
+
+at::Tensor Geometry::viewOf(const c10::Storage& storage) const {
+  at::NoGradGuard noGrad;
+  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, offset, sizes, strides);
+}
+
+Record::Record() { ++liveRecordCount; }
+
+Record::~Record() {
+  if (slot) {
+    if (auto engine = context ? context->engine : nullptr) engine->release(*slot);
+  }
+  --liveRecordCount;
+}
+
+c10::Storage Record::storage() {
+  if (action == TensorAction::Swap) return context->engine->swapIn(*slot);
+  if (!rebuilt.unsafeGetStorageImpl()) recompute(*this);
+  SLUICE_CHECK(rebuilt.unsafeGetStorageImpl(), MemoryError,
+               context->stageName << ": recomputing node " << key.node << " did not rebuild its storage (slot " << key.slot
+                                  << "); the plan does not match this stage's graph (internal error)");
+  return rebuilt;
+}
+
+PlanHooks::PlanHooks(StageMemory* owner) : owner_(owner) { ++liveHandleCount; }
+
+PlanHooks::~PlanHooks() { --liveHandleCount; }
+
+void PlanHooks::call_pack_hook(const at::Tensor& tensor) { owner_->pack(tensor, *this); }
+
+at::Tensor PlanHooks::call_unpack_hook() {
+  version.check();
+  if (!record) return kept;
+  return geometry.viewOf(record->storage());
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Collects what autograd saves while one node of a replay runs, in order.
+class CollectingHooks : public torch::autograd::SavedVariableHooks {
+ public:
+  explicit CollectingHooks(std::vector<at::Tensor>* sink) : sink_(sink) {}
+  void call_pack_hook(const at::Tensor& tensor) override {
+    kept_ = tensor.detach();
+    sink_->push_back(kept_);
+  }
+  at::Tensor call_unpack_hook() override { return kept_; }
+
+ private:
+  std::vector<at::Tensor>* sink_;
+  at::Tensor kept_;
+};
+
+void tensorsIn(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) out.push_back(t);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) tensorsIn(e, out);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) tensorsIn(e, out);
+  }
+}
+
+// A captured input as the replay must see it: a separate leaf with the
+// forward's requires_grad (so the replay records the same saved tensors
+// without touching the real graph), copied if the node writes into it.
+c10::IValue replayInput(const Captured& cap, bool writtenInPlace) {
+  at::Tensor t;
+  if (cap.pin) {
+    t = cap.geometry.viewOf(cap.pin->storage());
+  } else if (cap.value.isTensor()) {
+    t = cap.value.toTensor();
+  } else {
+    return cap.value;
+  }
+  t = t.detach();
+  if (writtenInPlace) t = t.clone();
+  if (cap.requiresGrad && t.is_floating_point()) t.requires_grad_(true);
+  return t;
+}
+
+bool writesInput(const torch::jit::Node* node, size_t input) {
+  const auto* schema = node->maybeSchema();
+  if (!schema || input >= schema->arguments().size()) return false;
+  const auto* alias = schema->arguments()[input].alias_info();
+  return alias && alias->isWrite();
+}
+
+}  // namespace
+
+void recompute(Record& target) {
+  auto& c = *target.context;
+  auto segment = std::move(target.segment);
+  SLUICE_CHECK(segment, MemoryError,
+               c.stageName << ": storage of node " << target.key.node << " was freed for recompute but its segment is "
+                           << "gone (internal error)");
+  const auto t0 = Clock::now();
+  const auto& positions = c.segmentPositions[segment->decision];
+  std::unordered_set<int> inSegment(positions.begin(), positions.end());
+  std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
+  auto gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor generatorBefore;
+  if (!segment->rngStates.empty()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    generatorBefore = gen.get_state();
+  }
+  torch::AutoGradMode gradMode(true);
+  for (int pos : positions) {
+    auto* node = c.program->node(pos);
+    std::vector<c10::IValue> stack;
+    const auto captured = segment->captures.find(pos);
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      const int producer = c.program->producerOf(node->inputs()[i]);
+      if (producer >= 0 && inSegment.count(producer)) {
+        const auto* v = node->inputs()[i];
+        size_t out = 0;
+        while (c.program->node(producer)->output(out) != v) ++out;
+        stack.push_back(env.at(producer).at(out));
+        continue;
+      }
+      SLUICE_CHECK(captured != segment->captures.end() && i < captured->second.size(), MemoryError,
+                   c.stageName << ": recompute of " << c.nodeName(pos) << " lacks captured input " << i
+                               << " (internal error)");
+      stack.push_back(replayInput(captured->second[i], writesInput(node, i)));
+    }
+    // Storages the node did not create: its inputs'.
+    std::vector<at::Tensor> known;
+    for (auto& v : stack) tensorsIn(v, known);
+    std::unordered_set<const c10::StorageImpl*> knownStorages;
+    for (auto& t : known) knownStorages.insert(storageOf(t));
+    auto rng = segment->rngStates.find(pos);
+    if (rng != segment->rngStates.end()) {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng->second);
+    }
+    std::vector<at::Tensor> packed;
+    {
+      SavedTensorScope scope([&packed] { return std::make_unique<CollectingHooks>(&packed); });
+      c.program->runNode(pos, stack);
+    }
+    // The storages this node created, numbered as forward numbered them
+    // (Note [storage keys]): saved ones in save order, then its outputs.
+    const int nodeIndex = c.nodeIndex[pos];
+    int slot = 0;
+    std::vector<at::Tensor> outputs;
+    for (auto& v : stack) tensorsIn(v, outputs);
+    for (auto* list : {&packed, &outputs}) {
+      for (auto& t : *list) {
+        auto* s = storageOf(t);
+        if (!s || !knownStorages.insert(s).second) continue;
+        auto it = target.registry->find(StorageKey{nodeIndex, slot++});
+        if (it == target.registry->end()) continue;
+        auto r = it->second.lock();
+        if (!r || r->action != TensorAction::Recompute || r->rebuilt.unsafeGetStorageImpl()) continue;
+        SLUICE_CHECK(static_cast<int64_t>(t.storage().nbytes()) == r->bytes, MemoryError,
+                     c.stageName << ": recomputing " << c.nodeName(pos) << " gave " << t.storage().nbytes()
+                                 << " bytes for slot " << r->key.slot << ", forward had " << r->bytes);
+        r->rebuilt = t.storage();
+        if (r.get() != &target) r->segment.reset();  // rebuilt: its own captures are no longer needed
+        c.stats.recomputedBytes += r->bytes;
+      }
+    }
+    env[pos] = std::move(stack);
+  }
+  if (generatorBefore.defined()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(generatorBefore);
+  }
+  ++c.stats.recomputes;
+  c.stats.recomputeSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace sluice::memory::detail

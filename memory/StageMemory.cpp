@@ -1,0 +1,415 @@
+// StageMemory: attribution of saved tensors during forward (see the header).
+#include "memory/StageMemory.h"
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <algorithm>
+#include <set>
+
+#include "core/Error.h"
+#include "memory/SavedRecord.h"
+
+namespace sluice::memory {
+
+using detail::Captured;
+using detail::Context;
+using detail::Entry;
+using detail::MicroBatchState;
+using detail::PlanHooks;
+using detail::Record;
+using detail::SegmentState;
+using detail::storageOf;
+
+const char* actionName(TensorAction a) {
+  switch (a) {
+    case TensorAction::Keep: return "keep";
+    case TensorAction::Swap: return "swap";
+    case TensorAction::Recompute: return "recompute";
+  }
+  return "?";
+}
+
+bool isRandomOp(const std::string& op) {
+  static const std::set<std::string> exact = {"aten::normal",     "aten::normal_",  "aten::uniform_",
+                                              "aten::multinomial", "aten::rrelu",    "aten::rrelu_with_noise",
+                                              "aten::exponential_", "aten::poisson", "aten::geometric_",
+                                              "aten::cauchy_",     "aten::log_normal_"};
+  return op.find("dropout") != std::string::npos || op.rfind("aten::rand", 0) == 0 ||
+         op.find("bernoulli") != std::string::npos || exact.count(op) > 0;
+}
+
+bool MemoryPlan::freesAnything() const {
+  for (auto& d : decisions) {
+    if (d.action != TensorAction::Keep) return true;
+  }
+  return false;
+}
+
+bool MemoryPlan::swaps() const {
+  for (auto& d : decisions) {
+    if (d.action == TensorAction::Swap) return true;
+  }
+  return false;
+}
+
+const StorageDecision* MemoryPlan::find(const StorageKey& key) const {
+  for (auto& d : decisions) {
+    if (d.key == key) return &d;
+  }
+  return nullptr;
+}
+
+int MemoryFacts::find(const StorageKey& key) const {
+  for (size_t i = 0; i < storages.size(); ++i) {
+    if (storages[i].key == key) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+namespace {
+
+// The tensors inside an IValue (a tensor, or a list/tuple of them).
+void tensorsIn(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) out.push_back(t);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) tensorsIn(e, out);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) tensorsIn(e, out);
+  }
+}
+
+void addUnique(std::vector<int>& v, int x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) {
+    v.push_back(x);
+    std::sort(v.begin(), v.end());
+  }
+}
+
+}  // namespace
+
+StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
+                         StageMemoryOptions options)
+    : context_(std::make_shared<Context>()) {
+  auto& c = *context_;
+  c.program = &program;
+  c.nodeIndex = std::move(nodeIndex);
+  SLUICE_CHECK(static_cast<int>(c.nodeIndex.size()) == program.numNodes(), GraphError,
+               "memory: " << c.nodeIndex.size() << " node indices for a program of " << program.numNodes() << " nodes");
+  for (int pos = 0; pos < program.numNodes(); ++pos) {
+    if (c.nodeIndex[pos] >= 0) c.positionOf[c.nodeIndex[pos]] = pos;
+  }
+  c.params = params;
+  for (auto& p : params) {
+    if (auto* s = storageOf(p)) c.paramStorages.insert(s);
+  }
+  c.plan = std::move(options.plan);
+  c.recordFacts = options.recordFacts;
+  c.stageName = options.stageName;
+  const int n = program.numNodes();
+  c.inSegment.assign(n, 0);
+  c.randomNode.assign(n, 0);
+  c.captureInput.assign(n, {});
+  c.segmentPositions.assign(c.plan.decisions.size(), {});
+  for (size_t d = 0; d < c.plan.decisions.size(); ++d) {
+    const auto& dec = c.plan.decisions[d];
+    if (dec.action == TensorAction::Keep) continue;
+    SLUICE_CHECK(c.decisionOf.emplace(dec.key, static_cast<int>(d)).second, PlanError,
+                 "memory plan: two decisions for the storage (node " << dec.key.node << ", slot " << dec.key.slot << ")");
+    if (dec.action != TensorAction::Recompute) continue;
+    SLUICE_CHECK(!dec.segment.empty(), PlanError,
+                 "memory plan: the recompute of node " << dec.key.node << " has an empty segment");
+    for (int node : dec.segment) {
+      auto it = c.positionOf.find(node);
+      SLUICE_CHECK(it != c.positionOf.end(), PlanError,
+                   c.stageName << ": the memory plan recomputes node " << node << ", which is not in this stage; the plan "
+                               << "was made for other cuts");
+      c.segmentPositions[d].push_back(it->second);
+      c.inSegment[it->second] = 1;
+    }
+    std::sort(c.segmentPositions[d].begin(), c.segmentPositions[d].end());
+  }
+  // Which inputs of segment nodes forward must capture: those some segment
+  // containing the node does not produce itself (Note in the header).
+  for (int pos = 0; pos < n; ++pos) {
+    if (!c.inSegment[pos]) continue;
+    auto* node = program.node(pos);
+    c.randomNode[pos] = isRandomOp(node->kind().toQualString()) ? 1 : 0;
+    c.captureInput[pos].assign(node->inputs().size(), 0);
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      const int producer = program.producerOf(node->inputs()[i]);
+      bool capture = producer < 0 || c.nodeIndex[producer] < 0;
+      for (size_t d = 0; d < c.segmentPositions.size() && !capture; ++d) {
+        const auto& seg = c.segmentPositions[d];
+        if (std::binary_search(seg.begin(), seg.end(), pos) && !std::binary_search(seg.begin(), seg.end(), producer)) {
+          capture = true;
+        }
+      }
+      c.captureInput[pos][i] = capture ? 1 : 0;
+    }
+  }
+  if (c.plan.swaps()) {
+    const std::string dir = options.swapDir.empty() ? defaultSwapDir() : options.swapDir;
+    c.engine = SwapEngine::start(std::make_unique<FileSwapTier>(dir), c.plan.swapWindowBytes);
+  }
+}
+
+StageMemory::~StageMemory() = default;
+
+bool StageMemory::active() const { return context_->plan.freesAnything() || context_->recordFacts; }
+
+std::string StageMemory::swapDescription() const { return context_->engine ? context_->engine->describe() : ""; }
+
+StageMemoryStats StageMemory::stats() const {
+  auto s = context_->stats;
+  if (context_->engine) {
+    s.swap = context_->engine->stats();
+    s.swappedBytes = s.swap.bytesWritten;
+  }
+  return s;
+}
+
+const MemoryFacts& StageMemory::facts() const { return context_->facts; }
+
+int64_t StageMemory::liveRecords() { return detail::liveRecordCount.load(); }
+int64_t StageMemory::liveHandles() { return detail::liveHandleCount.load(); }
+
+HooksFactory StageMemory::hooks() {
+  return [this] { return std::make_unique<PlanHooks>(this); };
+}
+
+void StageMemory::beginForward(int microBatch, const std::vector<torch::Tensor>& boundaryInputs) {
+  if (context_->engine) context_->engine->check();
+  forward_ = std::make_unique<MicroBatchState>();
+  forward_->microBatch = microBatch;
+  forward_->nextSlot.assign(context_->program->numNodes(), 0);
+  for (auto& t : boundaryInputs) {
+    if (auto* s = storageOf(t)) {
+      Entry e;
+      e.alive = t.storage().getWeakStorageImpl();
+      e.external = true;
+      forward_->storages[s] = std::move(e);
+    }
+  }
+  swapOrder_.erase(microBatch);
+}
+
+void StageMemory::beforeNode(int pos, const std::vector<c10::IValue>& inputs) {
+  auto& c = *context_;
+  auto& f = *forward_;
+  f.currentPos = pos;
+  std::vector<at::Tensor> tensors;
+  for (auto& v : inputs) tensorsIn(v, tensors);
+  // A tensor nobody registered (a constant, a graph input) is never freed.
+  for (auto& t : tensors) {
+    auto* s = storageOf(t);
+    if (!s || f.storages.count(s)) continue;
+    Entry e;
+    e.alive = t.storage().getWeakStorageImpl();
+    e.external = true;
+    f.storages[s] = std::move(e);
+  }
+  if (c.randomNode[pos]) {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    f.rngStates[pos] = gen.get_state();
+  }
+  if (c.recordFacts) {
+    f.inputVersions.clear();
+    for (auto& t : tensors) {
+      if (auto* s = storageOf(t)) f.inputVersions.emplace_back(s, t._version());
+    }
+  }
+}
+
+void StageMemory::afterNode(int pos, const std::vector<c10::IValue>& inputs, const std::vector<c10::IValue>& outputs) {
+  auto& c = *context_;
+  auto& f = *forward_;
+  const int node = c.nodeIndex[pos];
+  for (auto& v : outputs) {
+    std::vector<at::Tensor> tensors;
+    tensorsIn(v, tensors);
+    for (auto& t : tensors) {
+      auto* s = storageOf(t);
+      if (!s || f.storages.count(s)) continue;
+      Entry e;
+      e.alive = t.storage().getWeakStorageImpl();
+      e.external = node < 0;
+      if (node >= 0) e.key = {node, f.nextSlot[pos]++};
+      f.storages[s] = std::move(e);
+    }
+  }
+  if (c.inSegment[pos]) {
+    auto& captured = f.captures[pos];
+    captured.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!c.captureInput[pos][i]) continue;
+      captured[i].value = inputs[i];
+      if (inputs[i].isTensor()) captured[i].requiresGrad = inputs[i].toTensor().requires_grad();
+    }
+  }
+  if (c.recordFacts && node >= 0) {
+    auto& facts = c.facts;
+    if (facts.outputs.size() <= static_cast<size_t>(node)) {
+      facts.outputs.resize(node + 1);
+      facts.writesParameter.resize(node + 1, 0);
+    }
+    auto& outs = facts.outputs[node];
+    outs.clear();
+    for (auto& v : outputs) {
+      ValueStorage vs;
+      if (v.isTensor() && storageOf(v.toTensor())) {
+        auto* s = storageOf(v.toTensor());
+        auto& e = f.storages.at(s);
+        if (c.paramStorages.count(s)) {
+          vs.kind = ValueStorage::Parameter;
+        } else if (e.external) {
+          vs.kind = ValueStorage::External;
+        } else {
+          vs.kind = ValueStorage::Node;
+          vs.key = e.key;
+          auto it = c.factIndex.find(e.key);
+          if (it == c.factIndex.end()) {
+            it = c.factIndex.emplace(e.key, static_cast<int>(facts.storages.size())).first;
+            facts.storages.push_back({e.key, static_cast<int64_t>(v.toTensor().storage().nbytes()), {}, {}});
+          }
+        }
+      }
+      outs.push_back(vs);
+    }
+    // In-place writes: an input whose version moved while the node ran.
+    std::vector<at::Tensor> tensors;
+    for (auto& v : inputs) tensorsIn(v, tensors);
+    for (auto& t : tensors) {
+      auto* s = storageOf(t);
+      for (auto& [storage, version] : f.inputVersions) {
+        if (storage != s || t._version() == version) continue;
+        if (c.paramStorages.count(s)) facts.writesParameter[node] = 1;
+        auto e = f.storages.find(s);
+        if (e != f.storages.end() && !e->second.external) {
+          auto it = c.factIndex.find(e->second.key);
+          if (it != c.factIndex.end()) addUnique(facts.storages[it->second].writers, node);
+        }
+      }
+    }
+  }
+  f.currentPos = -1;
+}
+
+void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
+  auto& c = *context_;
+  auto* s = storageOf(t);
+  const int pos = forward_ ? forward_->currentPos : -1;
+  hooks.version = SavedVersion(t, pos >= 0 ? c.nodeName(pos) : std::string());
+  if (!s || pos < 0 || c.paramStorages.count(s)) {
+    hooks.kept = t.detach();
+    return;
+  }
+  auto& f = *forward_;
+  auto found = f.storages.find(s);
+  if (found != f.storages.end() && found->second.alive && found->second.alive->expired()) {
+    f.storages.erase(found);  // a freed storage whose address came back: a new one
+    found = f.storages.end();
+  }
+  if (found == f.storages.end()) {
+    // Created while this node runs and saved by it: an internal tensor or its own output.
+    Entry e;
+    e.alive = t.storage().getWeakStorageImpl();
+    e.external = c.nodeIndex[pos] < 0;
+    if (!e.external) e.key = {c.nodeIndex[pos], f.nextSlot[pos]++};
+    found = f.storages.emplace(s, std::move(e)).first;
+  }
+  Entry& entry = found->second;
+  if (entry.external) {
+    hooks.kept = t.detach();
+    return;
+  }
+  if (c.recordFacts) {
+    auto it = c.factIndex.find(entry.key);
+    if (it == c.factIndex.end()) {
+      it = c.factIndex.emplace(entry.key, static_cast<int>(c.facts.storages.size())).first;
+      c.facts.storages.push_back({entry.key, static_cast<int64_t>(t.storage().nbytes()), {}, {}});
+    }
+    addUnique(c.facts.storages[it->second].savers, c.nodeIndex[pos]);
+  }
+  auto decision = c.decisionOf.find(entry.key);
+  if (decision == c.decisionOf.end()) {
+    hooks.kept = t.detach();
+    return;
+  }
+  if (!entry.record) {
+    auto r = std::make_shared<Record>();
+    r->context = context_;
+    r->key = entry.key;
+    r->decision = decision->second;
+    r->action = c.plan.decisions[r->decision].action;
+    r->bytes = static_cast<int64_t>(t.storage().nbytes());
+    r->registry = f.registry;
+    (*f.registry)[r->key] = r;
+    if (r->action == TensorAction::Swap) {
+      r->slot = c.engine->swapOut(t.storage());
+      swapOrder_[f.microBatch].push_back(r->slot);
+    } else {
+      f.recomputeRecords.push_back(r);
+    }
+    entry.record = std::move(r);
+  }
+  hooks.record = entry.record;
+  hooks.geometry = detail::Geometry(t);
+}
+
+void StageMemory::endForward() {
+  auto& c = *context_;
+  auto& f = *forward_;
+  // Captured inputs on a freed storage become references to its record.
+  for (auto& [pos, inputs] : f.captures) {
+    for (auto& cap : inputs) {
+      if (!cap.value.isTensor()) continue;
+      const auto& t = cap.value.toTensor();
+      auto* s = storageOf(t);
+      auto e = s ? f.storages.find(s) : f.storages.end();
+      if (e == f.storages.end() || !e->second.record) continue;
+      cap.pin = e->second.record;
+      cap.geometry = detail::Geometry(t);
+      cap.value = c10::IValue();
+    }
+  }
+  for (auto& r : f.recomputeRecords) {
+    auto seg = std::make_shared<SegmentState>();
+    seg->decision = r->decision;
+    for (int pos : c.segmentPositions[r->decision]) {
+      auto cap = f.captures.find(pos);
+      if (cap != f.captures.end()) seg->captures[pos] = cap->second;
+      auto rng = f.rngStates.find(pos);
+      if (rng != f.rngStates.end()) seg->rngStates[pos] = rng->second;
+    }
+    r->segment = std::move(seg);
+  }
+  forward_.reset();
+}
+
+void StageMemory::beginBackward(int microBatch, const std::vector<int>& nextMicroBatches) {
+  auto& c = *context_;
+  if (!c.engine) return;
+  c.engine->check();
+  std::vector<std::shared_ptr<SwapSlot>> order;
+  auto add = [&](int mb) {
+    auto it = swapOrder_.find(mb);
+    if (it == swapOrder_.end()) return;
+    for (auto w = it->second.rbegin(); w != it->second.rend(); ++w) {
+      if (auto slot = w->lock()) order.push_back(slot);
+    }
+  };
+  add(microBatch);
+  for (int mb : nextMicroBatches) add(mb);
+  c.engine->prefetch(order);
+}
+
+void StageMemory::endBackward(int microBatch) {
+  swapOrder_.erase(microBatch);
+  if (context_->engine) context_->engine->check();
+}
+
+}  // namespace sluice::memory

@@ -1,0 +1,117 @@
+// memory::StageMemory: carries out a MemoryPlan for one pipeline stage.
+//
+// While the stage's graph runs node by node (NodeProgram) with this object as
+// its observer and its hooks() installed (SavedTensorScope), every tensor
+// autograd saves is attributed (Note [storage keys], MemoryPlan.h):
+//   - on a parameter's storage, a boundary input's, or a constant's: kept;
+//   - else on a storage some node created: that storage's decision applies.
+// Kept tensors are held as tensor.detach(). A swapped storage is written to
+// the swap tier (SwapEngine) at its first save; the memory goes once forward
+// no longer needs it and the write is durable. A recomputed storage is not
+// held at all: the inputs its segment needs are captured in forward (a
+// captured tensor that is itself swapped or recomputed is held as a reference
+// to that storage's record, not as memory), and the first backward read
+// re-runs the segment with grad mode on, each captured input's requires_grad
+// as in forward, and the CPU generator set to the state each random node saw
+// (then restored). Every saved tensor's version is checked at unpack (Note
+// [saved tensor rules], SavedTensorHooks.h): an in-place change after saving
+// is a MemoryError naming the op that saved it.
+//
+// Nothing here owns the saved data but the autograd graph: records live as
+// long as a saved tensor (or a captured input of a segment) refers to them,
+// so a graph dropped without backward frees everything (liveRecords() and
+// liveHandles() go back to 0). The NodeProgram and this object must outlive
+// every graph built through them.
+//
+// With recordFacts, the same attribution fills a MemoryFacts (the profiler).
+//
+// Thread use: forward, backward and every call here on one compute thread;
+// swap I/O runs on the SwapEngine's thread.
+//
+//   StageMemory memory(program, stage.nodeIndex, params, {plan});
+//   memory.beginForward(mb, boundaryInputs);
+//   { SavedTensorScope scope(memory.hooks()); out = module.forward(in, &memory); }
+//   memory.endForward();
+//   ...
+//   memory.beginBackward(mb, {nextMb});  // prefetch swapped storages
+//   torch::autograd::backward(...);
+//   memory.endBackward(mb);
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/NodeProgram.h"
+#include "memory/MemoryFacts.h"
+#include "memory/MemoryPlan.h"
+#include "memory/SavedTensorHooks.h"
+#include "memory/SwapEngine.h"
+
+namespace sluice::memory {
+
+struct StageMemoryStats {
+  int64_t swappedBytes = 0;      // written to the tier
+  int64_t recomputedBytes = 0;   // storages rebuilt by recompute
+  int64_t recomputes = 0;        // segment re-runs
+  double recomputeSeconds = 0;
+  SwapStats swap;
+};
+
+struct StageMemoryOptions {
+  MemoryPlan plan;
+  std::string swapDir;       // the swap tier's directory when the plan swaps
+  bool recordFacts = false;  // fill facts() (every micro-batch; the profiler runs one)
+  std::string stageName = "stage";
+};
+
+namespace detail {
+struct Context;
+struct MicroBatchState;
+class PlanHooks;
+}  // namespace detail
+
+class StageMemory : public NodeObserver {
+ public:
+  // nodeIndex: OpGraph index of each program position (-1: not an OpGraph node).
+  // params: the stage's parameters and buffers (their storages are always kept).
+  StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
+              StageMemoryOptions options);
+  ~StageMemory() override;
+  StageMemory(const StageMemory&) = delete;
+  StageMemory& operator=(const StageMemory&) = delete;
+
+  void beginForward(int microBatch, const std::vector<torch::Tensor>& boundaryInputs);
+  HooksFactory hooks();
+  void endForward();
+  // Queues reads of this micro-batch's swapped storages (last saved first),
+  // then of the next ones, within the swap window.
+  void beginBackward(int microBatch, const std::vector<int>& nextMicroBatches = {});
+  void endBackward(int microBatch);
+
+  bool active() const;  // the plan frees something, or facts are recorded
+  StageMemoryStats stats() const;
+  const MemoryFacts& facts() const;
+  std::string swapDescription() const;
+
+  // Records and saved-tensor handles alive in this process (all stages).
+  static int64_t liveRecords();
+  static int64_t liveHandles();
+
+  void beforeNode(int pos, const std::vector<c10::IValue>& inputs) override;
+  void afterNode(int pos, const std::vector<c10::IValue>& inputs, const std::vector<c10::IValue>& outputs) override;
+
+ private:
+  friend class detail::PlanHooks;
+  void pack(const at::Tensor& tensor, detail::PlanHooks& hooks);
+  std::shared_ptr<detail::Context> context_;
+  std::unique_ptr<detail::MicroBatchState> forward_;  // the micro-batch being forwarded
+  std::map<int, std::vector<std::weak_ptr<SwapSlot>>> swapOrder_;  // micro-batch -> slots in save order
+};
+
+}  // namespace sluice::memory

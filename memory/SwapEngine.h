@@ -1,0 +1,100 @@
+// memory::SwapEngine: moves storages to and from a SwapTier on one I/O thread.
+//
+// Contract
+// - swapOut(storage) queues the storage's bytes for writing and returns its
+//   SwapSlot; the slot holds the storage until the write is durable, then lets
+//   it go (the memory is freed once nothing else holds it). The caller (the
+//   compute thread) blocks while queued writes exceed the window: memory in
+//   flight to the tier stays bounded, at the price of a stall.
+// - prefetch(slots) queues reads in the given order (the order backward will
+//   need them); the I/O thread reads ahead while prefetched-but-unused bytes
+//   stay within the window.
+// - swapIn(slot) returns the bytes as a storage, blocking until they are
+//   resident (a slot not prefetched yet jumps the queue). Before the write
+//   started it returns the original storage and cancels the write.
+// - release(slot) frees the slot's memory and its space on the tier.
+// - An I/O error stops the engine; every later call (and any waiting one)
+//   throws it as MemoryError on the compute thread. Nothing waits forever: a
+//   failed or stopped engine wakes every waiter.
+// Only the I/O thread touches the tier. Slots may outlive the engine
+// (release() is then a no-op). Stall time (compute thread blocked) is counted.
+#pragma once
+
+#include <c10/core/Storage.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "memory/SwapTier.h"
+
+namespace sluice::memory {
+
+struct SwapStats {
+  int64_t bytesWritten = 0, bytesRead = 0, writes = 0, reads = 0;
+  int64_t demandReads = 0;   // reads the compute thread waited for, not prefetched in time
+  double stallSeconds = 0;   // compute thread blocked on the window or on a read
+};
+
+class SwapEngine;
+
+class SwapSlot {
+ public:
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  friend class SwapEngine;
+  enum class State { Queued, Writing, OnTier, Reading, Resident, Released };
+  State state_ = State::Queued;
+  c10::Storage storage_;
+  int64_t bytes_ = 0, location_ = -1;
+  bool prefetched_ = false;     // read ahead, not yet handed out (counts against the window)
+  bool releaseAfterIo_ = false; // released while the I/O thread worked on it
+  bool queuedForRead_ = false;
+  std::weak_ptr<SwapEngine> engine_;
+};
+
+class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
+ public:
+  static std::shared_ptr<SwapEngine> start(std::unique_ptr<SwapTier> tier, int64_t windowBytes);
+  ~SwapEngine();
+  SwapEngine(const SwapEngine&) = delete;
+  SwapEngine& operator=(const SwapEngine&) = delete;
+
+  std::shared_ptr<SwapSlot> swapOut(const c10::Storage& storage);
+  void prefetch(const std::vector<std::shared_ptr<SwapSlot>>& slots);
+  c10::Storage swapIn(SwapSlot& slot);
+  void release(SwapSlot& slot);
+  // Throws the I/O thread's error, if any.
+  void check();
+  SwapStats stats() const;
+  std::string describe() const;
+  int64_t windowBytes() const { return window_; }
+
+ private:
+  SwapEngine(std::unique_ptr<SwapTier> tier, int64_t windowBytes);
+  void run();
+  void failLocked(std::exception_ptr e);
+  void rethrowLocked();
+  bool readAllowedLocked(const SwapSlot& slot) const;
+
+  std::unique_ptr<SwapTier> tier_;
+  const int64_t window_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_, done_;
+  std::deque<std::shared_ptr<SwapSlot>> writes_;
+  std::deque<std::weak_ptr<SwapSlot>> reads_;
+  std::shared_ptr<SwapSlot> urgent_;
+  std::vector<std::pair<int64_t, int64_t>> releases_;  // tier extents to free (I/O thread)
+  int64_t pendingWriteBytes_ = 0, prefetchedBytes_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  SwapStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace sluice::memory

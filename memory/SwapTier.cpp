@@ -1,0 +1,149 @@
+#include "memory/SwapTier.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/Bytes.h"
+#include "core/Error.h"
+
+namespace sluice::memory {
+namespace {
+
+constexpr int64_t kAlign = 4096;
+
+int64_t alignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool isTmpfs(const std::string& dir) {
+  struct statfs fs {};
+  return statfs(dir.c_str(), &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+}
+
+std::string errnoText() { return std::strerror(errno); }
+
+}  // namespace
+
+void checkSwapDir(const std::string& dir) {
+  struct stat st {};
+  SLUICE_CHECK(!dir.empty(), MemoryError, "memory.swap_dir is empty: name a directory on disk for swapped tensors");
+  SLUICE_CHECK(::stat(dir.c_str(), &st) == 0, MemoryError,
+               "swap directory " << dir << " does not exist: create it or set memory.swap_dir to a directory on disk");
+  SLUICE_CHECK(S_ISDIR(st.st_mode), MemoryError,
+               "swap directory " << dir << " is not a directory: set memory.swap_dir to a directory on disk");
+  SLUICE_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, MemoryError,
+               "swap directory " << dir << " is not writable (" << errnoText()
+                                 << "): fix its permissions or set memory.swap_dir to another directory");
+  SLUICE_CHECK(!isTmpfs(dir), MemoryError,
+               "swap directory " << dir << " is on tmpfs (memory), so swapping there frees nothing: set memory.swap_dir "
+                                 << "to a directory on disk, e.g. /var/tmp");
+}
+
+std::string defaultSwapDir() {
+  std::string base = std::filesystem::temp_directory_path().string();
+  if (isTmpfs(base)) base = "/var/tmp";
+  return base;
+}
+
+FileSwapTier::FileSwapTier(const std::string& dir) : dir_(dir) {
+  checkSwapDir(dir);
+  std::string path = dir + "/sluice-swap-XXXXXX";
+  std::vector<char> name(path.begin(), path.end());
+  name.push_back('\0');
+  fd_ = ::mkstemp(name.data());
+  SLUICE_CHECK(fd_ >= 0, MemoryError, "cannot create a swap file in " << dir << ": " << errnoText());
+  ::unlink(name.data());  // gone from the directory now; the space is freed when fd_ closes
+}
+
+FileSwapTier::~FileSwapTier() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string FileSwapTier::describe() const { return "file in " + dir_ + " (fdatasync + drop from page cache)"; }
+
+int64_t FileSwapTier::allocate(int64_t bytes) {
+  const int64_t need = alignUp(bytes);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second >= need) {
+      const int64_t at = it->first, rest = it->second - need;
+      free_.erase(it);
+      if (rest > 0) free_[at + need] = rest;
+      return at;
+    }
+  }
+  const int64_t at = end_;
+  end_ += need;
+  return at;
+}
+
+int64_t FileSwapTier::write(const void* data, int64_t bytes) {
+  const int64_t at = allocate(bytes);
+  const char* p = static_cast<const char*>(data);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), at + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      release(at, bytes);
+      throw MemoryError("swap directory " + dir_ + ": writing " + formatBytesExact(bytes) + " failed (" +
+                        std::strerror(err) + (err == ENOSPC ? "; the disk is full" : "") +
+                        "): free space there, set memory.swap_dir to a larger disk, or raise memory.budget_mb");
+    }
+    done += n;
+  }
+  return at;
+}
+
+void FileSwapTier::sync() {
+  SLUICE_CHECK(::fdatasync(fd_) == 0, MemoryError,
+               "swap directory " << dir_ << ": fdatasync failed (" << errnoText()
+                                 << "): free space there or set memory.swap_dir to another disk");
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+void FileSwapTier::read(int64_t location, void* data, int64_t bytes) {
+  char* p = static_cast<char*>(data);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), location + done);
+    if (n < 0 && errno == EINTR) continue;
+    SLUICE_CHECK(n > 0, MemoryError,
+                 "swap directory " << dir_ << ": reading " << formatBytesExact(bytes) << " back failed ("
+                                   << (n < 0 ? errnoText() : "end of file") << ")");
+    done += n;
+  }
+  ::posix_fadvise(fd_, location, alignUp(bytes), POSIX_FADV_DONTNEED);
+}
+
+void FileSwapTier::release(int64_t location, int64_t bytes) {
+  int64_t at = location, len = alignUp(bytes);
+  // Merge with the neighbours so that the file does not fragment.
+  auto next = free_.lower_bound(at);
+  if (next != free_.end() && next->first == at + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      at = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (at + len == end_) {
+    end_ = at;
+    // Give the space back to the file system too.
+    if (::ftruncate(fd_, end_) != 0) free_[at] = len, end_ = at + len;
+  } else {
+    free_[at] = len;
+  }
+}
+
+}  // namespace sluice::memory

@@ -1,0 +1,64 @@
+// memory::SwapTier: a slower memory that swapped storages go to.
+//
+// A tier stores byte blocks. write() returns where the block went; read()
+// copies it back; release() frees it. Tiers are used from one I/O thread
+// (SwapEngine), never concurrently. Failures throw MemoryError naming the
+// tier's location (for example a full disk).
+//
+// FileSwapTier (CPU builds): one file in a directory on disk, unlinked as
+// soon as it is created (nothing is left behind, even after a crash). The
+// directory must exist, be writable and not be tmpfs (memory-backed: swapping
+// there frees nothing). Writes go to the page cache, then sync() makes them
+// durable (fdatasync) and drops them from the cache (posix_fadvise
+// DONTNEED), so swapped bytes really leave memory; reads drop their pages
+// after copying. Blocks are placed at 4 KiB-aligned offsets; freed extents
+// are reused first-fit. A CUDA build adds a pinned-host tier behind the same
+// interface.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace sluice::memory {
+
+class SwapTier {
+ public:
+  virtual ~SwapTier() = default;
+  virtual std::string describe() const = 0;
+  // Returns the block's location (offset).
+  virtual int64_t write(const void* data, int64_t bytes) = 0;
+  // Makes every write so far durable and drops it from memory.
+  virtual void sync() = 0;
+  virtual void read(int64_t location, void* data, int64_t bytes) = 0;
+  virtual void release(int64_t location, int64_t bytes) = 0;
+};
+
+class FileSwapTier : public SwapTier {
+ public:
+  // Throws MemoryError when dir is missing, not a directory, not writable, or on tmpfs.
+  explicit FileSwapTier(const std::string& dir);
+  ~FileSwapTier() override;
+  std::string describe() const override;
+  int64_t write(const void* data, int64_t bytes) override;
+  void sync() override;
+  void read(int64_t location, void* data, int64_t bytes) override;
+  void release(int64_t location, int64_t bytes) override;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  int64_t allocate(int64_t bytes);
+  std::string dir_;
+  int fd_ = -1;
+  int64_t end_ = 0;                   // file size in use
+  std::map<int64_t, int64_t> free_;   // offset -> length of free extents
+};
+
+// The default swap directory: a folder under the system temp dir when that is
+// on disk, else under /var/tmp. Never tmpfs.
+std::string defaultSwapDir();
+// Throws MemoryError naming dir and what to do when FileSwapTier would refuse it.
+void checkSwapDir(const std::string& dir);
+
+}  // namespace sluice::memory

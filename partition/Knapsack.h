@@ -1,0 +1,72 @@
+// partition::Knapsack: the covering knapsacks behind the partitioner.
+//
+// Items are saved storages; freeing one frees `units` memory units by
+// recompute (seconds r) or swap (seconds of I/O s). best(v) answers: how
+// cheaply can at least v units be freed?
+//
+// RecomputeKnapsack: recompute only; the cost is additive (sum of r).
+// FrontKnapsack: recompute or swap; a stage pays sum r + max(0, sum s - C)
+//   (its I/O hides behind C seconds of compute, C known only when the stage
+//   ends), which is not additive. For each v it keeps the Pareto front of
+//   (R, R + S) over choices freeing >= v units: a choice whose R and R + S are
+//   both no smaller than another's can never do better, whatever is added
+//   later and whatever C is. Points with S >= maxHide pay S - C for any stage
+//   (linear), so of those only the least R + S is kept.
+// With record = true every layer is kept, so the choice behind best(v) can be
+// read back (bestStage); without, memory is one layer.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace sluice::partition {
+
+struct KnapsackItem {
+  int storage = 0;
+  int64_t units = 0;
+  double recompute = std::numeric_limits<double>::infinity();  // +inf: not allowed
+  double swap = std::numeric_limits<double>::infinity();
+};
+
+class RecomputeKnapsack {
+ public:
+  void reset(int64_t capacity);
+  int64_t capacity() const { return static_cast<int64_t>(best_.size()) - 1; }
+  void add(const KnapsackItem& item, std::vector<char>* took = nullptr);
+  double at(int64_t v) const { return best_[v]; }
+
+ private:
+  std::vector<double> best_;
+  int64_t reach_ = 0;  // units of all items added: above it nothing is feasible yet
+};
+
+class FrontKnapsack {
+ public:
+  struct Point {
+    double r = 0, s = 0;  // recompute seconds, swap I/O seconds
+    int choice = 0;       // 0 keep, 1 recompute, 2 swap (of the item of this layer)
+    int parent = -1;      // index into the previous layer's front at v (keep) or v - units
+  };
+  explicit FrontKnapsack(double maxHide = std::numeric_limits<double>::infinity(), bool record = false)
+      : maxHide_(maxHide), record_(record) {}
+  void reset(int64_t capacity);
+  int64_t capacity() const { return static_cast<int64_t>(front_.size()) - 1; }
+  void add(const KnapsackItem& item);
+  // The least r + max(0, s - hide) over choices freeing at least v units; +inf if none.
+  double best(int64_t v, double hide, int* point = nullptr) const;
+  // With record: the actions (1 recompute, 2 swap) per added item for front point `point` at v.
+  std::vector<int> choices(int64_t v, int point) const;
+
+ private:
+  void prune(std::vector<Point>& points) const;
+  double maxHide_;
+  bool record_;
+  std::vector<std::vector<Point>> front_;                // per v
+  std::vector<std::vector<std::vector<Point>>> layers_;  // record: front_ after each item
+  std::vector<KnapsackItem> items_;
+  std::vector<Point> scratch_, scratch2_;
+  int64_t reach_ = 0;
+};
+
+}  // namespace sluice::partition

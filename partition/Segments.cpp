@@ -1,0 +1,106 @@
+#include "partition/Segments.h"
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "core/Error.h"
+
+namespace sluice::partition {
+namespace {
+
+bool holdsTensors(const c10::TypePtr& type) {
+  if (type->cast<c10::TensorType>()) return true;
+  for (const auto& contained : type->containedTypes()) {
+    if (holdsTensors(contained)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFacts& facts) {
+  const int n = g.numNodes();
+  SLUICE_CHECK(static_cast<int>(facts.outputs.size()) == n, PlanError,
+               "partition: the profile's memory facts cover " << facts.outputs.size() << " nodes, the graph has " << n
+                                                              << "; profile this config again");
+  std::unordered_map<std::string, std::pair<int, int>> producedBy;  // value -> (node, output)
+  for (auto& node : g.nodes()) {
+    for (size_t i = 0; i < node.outputs.size(); ++i) producedBy[node.outputs[i].name] = {node.index, static_cast<int>(i)};
+  }
+  // The last node reading any value that lives on each storage.
+  std::map<memory::StorageKey, int> lastReader;
+  std::unordered_map<std::string, memory::StorageKey> storageOfValue;
+  for (auto& node : g.nodes()) {
+    const auto& outs = facts.outputs[node.index];
+    for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
+      if (outs[i].kind == memory::ValueStorage::Node) storageOfValue[node.outputs[i].name] = outs[i].key;
+    }
+    for (auto& in : node.inputs) {
+      auto it = storageOfValue.find(in);
+      if (it != storageOfValue.end()) lastReader[it->second] = std::max(lastReader[it->second], node.index);
+    }
+  }
+  for (auto& name : g.outputNames()) {
+    auto it = storageOfValue.find(name);
+    if (it != storageOfValue.end()) lastReader[it->second] = n;
+  }
+  std::map<memory::StorageKey, const memory::StorageFact*> byKey;
+  for (auto& f : facts.storages) byKey[f.key] = &f;
+  auto isSaved = [&](const memory::StorageKey& k) {
+    auto it = byKey.find(k);
+    return it != byKey.end() && !it->second->savers.empty();
+  };
+
+  std::vector<SavedStorage> out;
+  for (auto& f : facts.storages) {
+    if (f.savers.empty()) continue;
+    SavedStorage s;
+    s.producer = f.key.node;
+    s.slot = f.key.slot;
+    s.bytes = f.bytes;
+    s.firstSaver = f.savers.front();
+    s.lastReader = std::max(f.savers.back(), lastReader.count(f.key) ? lastReader[f.key] : 0);
+    std::set<int> segment{s.producer};
+    std::vector<int> work{s.producer};
+    auto addWriters = [&](const memory::StorageFact& fact, int before) {
+      for (int w : fact.writers) {
+        if (w < before && segment.insert(w).second) work.push_back(w);
+      }
+    };
+    addWriters(f, s.firstSaver + 1);
+    while (!work.empty()) {
+      const int node = work.back();
+      work.pop_back();
+      const auto* ir = g.nodes()[node].irNode;
+      for (auto* in : ir->inputs()) {
+        auto prod = producedBy.find(in->debugName());
+        if (prod == producedBy.end()) continue;  // a graph input or a constant
+        const auto [m, k] = prod->second;
+        const auto& vs = facts.outputs[m].at(k);
+        bool rebuild = false;
+        if (vs.kind == memory::ValueStorage::Node) {
+          rebuild = !isSaved(vs.key);
+          if (rebuild) {
+            auto fact = byKey.find(vs.key);
+            if (fact != byKey.end()) addWriters(*fact->second, node);
+          }
+        } else if (vs.kind == memory::ValueStorage::NotTensor) {
+          rebuild = holdsTensors(in->type());  // a list of tensors: rebuild the list
+        }
+        if (rebuild && segment.insert(m).second) work.push_back(m);
+      }
+    }
+    s.segment.assign(segment.begin(), segment.end());
+    for (int node : s.segment) {
+      if (node < static_cast<int>(facts.writesParameter.size()) && facts.writesParameter[node]) s.lastParamWriter = node;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace sluice::partition
