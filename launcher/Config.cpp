@@ -272,6 +272,7 @@ Config parse(const YAML::Node& root) {
   MapReader memory(root, "memory");
   memory.get("budget_mb", c.memory.budgetMb);
   memory.get("policy", c.memory.policy);
+  memory.get("swap", c.memory.swap);
   memory.get("swap_dir", c.memory.swapDir);
   memory.get("swap_window_mb", c.memory.swapWindowMb);
   memory.get("hard_limit", c.memory.hardLimit);
@@ -355,7 +356,8 @@ std::string Config::toYaml() const {
     << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
     << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value
-    << memory.budgetMb << YAML::Key << "policy" << YAML::Value << memory.policy << YAML::Key << "swap_dir"
+    << memory.budgetMb << YAML::Key << "policy" << YAML::Value << memory.policy << YAML::Key << "swap" << YAML::Value
+    << memory.swap << YAML::Key << "swap_dir"
     << YAML::Value << memory.swapDir << YAML::Key << "swap_window_mb" << YAML::Value << memory.swapWindowMb
     << YAML::Key << "hard_limit" << YAML::Value << memory.hardLimit << YAML::EndMap;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value

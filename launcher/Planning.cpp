@@ -61,7 +61,10 @@ partition::PlanSettings planSettings(const Config& c) {
   s.dataParallel = c.pipeline.dataParallel;
   s.distAdam = c.optimizer.name == "dist_adam";
   s.policy = c.memory.policy;
-  s.swapWindowBytes = swapWindowBytes(c);
+  s.swap = c.memory.swap;
+  // memory.swap_window_mb, or (0) an eighth of the budget, whatever the budget becomes.
+  s.swapWindowBytes = c.memory.swapWindowMb > 0 ? static_cast<int64_t>(c.memory.swapWindowMb * 1048576.0) : 0;
+  s.swapWindowShare = c.memory.swapWindowMb > 0 ? 0.0 : 0.125;
   return s;
 }
 
@@ -73,7 +76,7 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
     return plan;
   }
   // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.
-  auto machine = partition::measureMachine(world, scratchDir);
+  auto machine = partition::measureMachine(world, c.memory.swap ? scratchDir : std::string());
   // Every rank profiles at once (the machine loaded as in training); rank 0
   // plans with the averaged times. A failure there reaches every rank in the bytes.
   auto profile = profileModel(c, setup, graph);

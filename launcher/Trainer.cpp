@@ -15,6 +15,7 @@
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
 #include "memory/CountingAllocator.h"
+#include "memory/SwapTier.h"
 #include "optim/DistAdam.h"
 
 namespace sluice {
@@ -83,6 +84,11 @@ void Trainer::plan() {
     plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
     cuts_ = plan_->cuts();
     memoryPlan_ = memoryPlanFor(*plan_, stageIndex_, c_);
+    // A swap directory that cannot be used fails here on every rank (the plan
+    // is the same everywhere), before any output is written.
+    bool swaps = false;
+    for (auto& d : plan_->decisions) swaps = swaps || d.action == partition::Action::Swap;
+    if (swaps) memory::checkSwapDir(swapDir(c_));
   }
   auto stages = splitGraph(*graph_, cuts_);
   stage_ = stages.at(stageIndex_);

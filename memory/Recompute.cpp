@@ -140,18 +140,44 @@ void recompute(Record& target) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     generatorBefore = gen.get_state();
   }
-  torch::AutoGradMode gradMode(true);
-  for (int pos : positions) {
+  // Note [lean replay]: only nodes that made a storage waiting to be rebuilt
+  // run under grad mode (so autograd saves exactly what forward saved, and
+  // the slots match); their inputs from earlier segment nodes become leaves
+  // with the requires_grad the trace recorded. Every other node runs without
+  // autograd, and a value is dropped after its last reader in the segment, so
+  // the replay holds little beyond what it rebuilds.
+  std::unordered_set<int> targets;
+  for (auto& [key, weak] : *target.registry) {
+    auto r = weak.lock();
+    if (r && r->action == TensorAction::Recompute && !r->rebuilt.unsafeGetStorageImpl()) targets.insert(key.node);
+  }
+  std::unordered_map<int, size_t> lastRead;  // position -> index in positions of its last reader
+  for (size_t x = 0; x < positions.size(); ++x) {
+    for (auto* in : c.program->node(positions[x])->inputs()) {
+      const int producer = c.program->producerOf(in);
+      if (producer >= 0 && inSegment.count(producer)) lastRead[producer] = x;
+    }
+  }
+  for (size_t x = 0; x < positions.size(); ++x) {
+    const int pos = positions[x];
     auto* node = c.program->node(pos);
+    const bool isTarget = targets.count(c.nodeIndex[pos]) > 0;
     std::vector<c10::IValue> stack;
     const auto captured = segment->captures.find(pos);
     for (size_t i = 0; i < node->inputs().size(); ++i) {
-      const int producer = c.program->producerOf(node->inputs()[i]);
+      const auto* v = node->inputs()[i];
+      const int producer = c.program->producerOf(v);
       if (producer >= 0 && inSegment.count(producer)) {
-        const auto* v = node->inputs()[i];
         size_t out = 0;
         while (c.program->node(producer)->output(out) != v) ++out;
-        stack.push_back(env.at(producer).at(out));
+        c10::IValue value = env.at(producer).at(out);
+        if (isTarget && value.isTensor() && !writesInput(node, i)) {
+          auto t = value.toTensor().detach();
+          auto type = v->type()->cast<c10::TensorType>();
+          if (type && type->requiresGrad().value_or(false) && t.is_floating_point()) t.requires_grad_(true);
+          value = t;
+        }
+        stack.push_back(std::move(value));
         continue;
       }
       SLUICE_CHECK(captured != segment->captures.end() && i < captured->second.size(), MemoryError,
@@ -170,33 +196,48 @@ void recompute(Record& target) {
       gen.set_state(rng->second);
     }
     std::vector<at::Tensor> packed;
-    {
+    if (isTarget) {
+      torch::AutoGradMode gradMode(true);
       SavedTensorScope scope([&packed] { return std::make_unique<CollectingHooks>(&packed); });
       c.program->runNode(pos, stack);
+    } else {
+      torch::NoGradGuard noGrad;
+      c.program->runNode(pos, stack);
     }
-    // The storages this node created, numbered as forward numbered them
-    // (Note [storage keys]): saved ones in save order, then its outputs.
-    const int nodeIndex = c.nodeIndex[pos];
-    int slot = 0;
-    std::vector<at::Tensor> outputs;
-    for (auto& v : stack) tensorsIn(v, outputs);
-    for (auto* list : {&packed, &outputs}) {
-      for (auto& t : *list) {
-        auto* s = storageOf(t);
-        if (!s || !knownStorages.insert(s).second) continue;
-        auto it = target.registry->find(StorageKey{nodeIndex, slot++});
-        if (it == target.registry->end()) continue;
-        auto r = it->second.lock();
-        if (!r || r->action != TensorAction::Recompute || r->rebuilt.unsafeGetStorageImpl()) continue;
-        SLUICE_CHECK(static_cast<int64_t>(t.storage().nbytes()) == r->bytes, MemoryError,
-                     c.stageName << ": recomputing " << c.nodeName(pos) << " gave " << t.storage().nbytes()
-                                 << " bytes for slot " << r->key.slot << ", forward had " << r->bytes);
-        r->rebuilt = t.storage();
-        if (r.get() != &target) r->segment.reset();  // rebuilt: its own captures are no longer needed
-        c.stats.recomputedBytes += r->bytes;
+    if (isTarget) {
+      // The storages this node created, numbered as forward numbered them
+      // (Note [storage keys]): saved ones in save order, then its outputs.
+      const int nodeIndex = c.nodeIndex[pos];
+      int slot = 0;
+      std::vector<at::Tensor> outputs;
+      for (auto& v : stack) tensorsIn(v, outputs);
+      for (auto* list : {&packed, &outputs}) {
+        for (auto& t : *list) {
+          auto* s = storageOf(t);
+          if (!s || !knownStorages.insert(s).second) continue;
+          auto it = target.registry->find(StorageKey{nodeIndex, slot++});
+          if (it == target.registry->end()) continue;
+          auto r = it->second.lock();
+          if (!r || r->action != TensorAction::Recompute || r->rebuilt.unsafeGetStorageImpl()) continue;
+          SLUICE_CHECK(static_cast<int64_t>(t.storage().nbytes()) == r->bytes, MemoryError,
+                       c.stageName << ": recomputing " << c.nodeName(pos) << " gave " << t.storage().nbytes()
+                                   << " bytes for slot " << r->key.slot << ", forward had " << r->bytes);
+          r->rebuilt = t.storage();
+          if (r.get() != &target) r->segment.reset();  // rebuilt: its own captures are no longer needed
+          c.stats.recomputedBytes += r->bytes;
+        }
       }
     }
     env[pos] = std::move(stack);
+    // Values no later segment node reads go now.
+    for (auto it = env.begin(); it != env.end();) {
+      auto last = lastRead.find(it->first);
+      if (last == lastRead.end() || last->second <= x) {
+        it = env.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   if (generatorBefore.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());

@@ -158,6 +158,10 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
 
 StageMemory::~StageMemory() = default;
 
+void StageMemory::flushSwaps() {
+  if (context_->engine) context_->engine->flush();
+}
+
 bool StageMemory::active() const { return context_->plan.freesAnything() || context_->recordFacts; }
 
 std::string StageMemory::swapDescription() const { return context_->engine ? context_->engine->describe() : ""; }

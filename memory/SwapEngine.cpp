@@ -52,23 +52,33 @@ void SwapEngine::check() {
   if (error_) std::rethrow_exception(error_);
 }
 
+void SwapEngine::flush() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return error_ || stop_ || pendingWriteBytes_ == 0; });
+  rethrowLocked();
+}
+
 SwapStats SwapEngine::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
 }
 
+// One window for both directions: bytes on their way to the tier plus bytes
+// read ahead and not yet used stay within it (reads always progress when
+// nothing is read ahead; writes when nothing is queued).
 bool SwapEngine::readAllowedLocked(const SwapSlot& slot) const {
-  return prefetchedBytes_ == 0 || prefetchedBytes_ + slot.bytes_ <= window_;
+  return prefetchedBytes_ == 0 || prefetchedBytes_ + pendingWriteBytes_ + slot.bytes_ <= window_;
 }
 
 std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage) {
   std::unique_lock<std::mutex> lock(mutex_);
   rethrowLocked();
   const auto bytes = static_cast<int64_t>(storage.nbytes());
-  if (pendingWriteBytes_ > 0 && pendingWriteBytes_ + bytes > window_) {
+  auto fits = [&] { return pendingWriteBytes_ == 0 || pendingWriteBytes_ + prefetchedBytes_ + bytes <= window_; };
+  if (!fits()) {
     // Memory on its way to the tier stays within the window: wait for the I/O thread.
     const auto t0 = Clock::now();
-    done_.wait(lock, [&] { return error_ || stop_ || pendingWriteBytes_ == 0 || pendingWriteBytes_ + bytes <= window_; });
+    done_.wait(lock, [&] { return error_ || stop_ || fits(); });
     stats_.stallSeconds += since(t0);
     rethrowLocked();
   }

@@ -1,14 +1,15 @@
 // memory::SwapEngine: moves storages to and from a SwapTier on one I/O thread.
 //
 // Contract
+// - One window bounds the memory in flight: bytes queued for writing plus
+//   bytes read ahead and not yet handed out.
 // - swapOut(storage) queues the storage's bytes for writing and returns its
 //   SwapSlot; the slot holds the storage until the write is durable, then lets
 //   it go (the memory is freed once nothing else holds it). The caller (the
-//   compute thread) blocks while queued writes exceed the window: memory in
-//   flight to the tier stays bounded, at the price of a stall.
+//   compute thread) blocks while the window is full (and a write is queued):
+//   memory in flight stays bounded, at the price of a stall.
 // - prefetch(slots) queues reads in the given order (the order backward will
-//   need them); the I/O thread reads ahead while prefetched-but-unused bytes
-//   stay within the window.
+//   need them); the I/O thread reads ahead while the window allows.
 // - swapIn(slot) returns the bytes as a storage, blocking until they are
 //   resident (a slot not prefetched yet jumps the queue). Before the write
 //   started it returns the original storage and cancels the write.
@@ -71,6 +72,8 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   void release(SwapSlot& slot);
   // Throws the I/O thread's error, if any.
   void check();
+  // Blocks until every queued write is on the tier (then throws its error, if any).
+  void flush();
   SwapStats stats() const;
   std::string describe() const;
   int64_t windowBytes() const { return window_; }

@@ -1,6 +1,7 @@
 #include "partition/CostModel.h"
 
 #include <algorithm>
+#include <numeric>
 #include <limits>
 
 #include "core/Error.h"
@@ -24,7 +25,7 @@ void Problem::validate() const {
                              << validCut.size());
   SLUICE_CHECK(stages >= 1 && microBatches >= 1, PlanError, "partition: stages and micro-batches must be >= 1");
   SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && p2pBandwidth >= 0 &&
-                   swapWindowBytes >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
+                   swapWindowBytes >= 0 && swapWindowShare >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
                PlanError, "partition: negative budget, bandwidth, window or memory factor");
   for (size_t j = 0; j < n; ++j) {
     const auto& c = nodes[j];
@@ -37,6 +38,10 @@ void Problem::validate() const {
                      st.firstSaver < static_cast<int>(n) && st.lastReader >= st.firstSaver && !st.segment.empty() &&
                      std::is_sorted(st.segment.begin(), st.segment.end()) && st.segment.back() <= st.firstSaver,
                  PlanError, "partition: saved storage " << s << " (node " << st.producer << ") is malformed");
+    for (int x : st.inputs) {
+      SLUICE_CHECK(0 <= x && x < static_cast<int>(storages.size()) && x != static_cast<int>(s), PlanError,
+                   "partition: saved storage " << s << " reads storage " << x << ", which is not another storage");
+    }
   }
 }
 
@@ -77,7 +82,31 @@ bool freeable(const Problem& p, int x, int first) {
   return p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity();
 }
 
+std::vector<int> spanEnds(const Problem& p, const std::vector<char>& recomputed) {
+  const int s = static_cast<int>(p.storages.size());
+  std::vector<int> order(s), end(s);
+  for (int x = 0; x < s; ++x) order[x] = x, end[x] = p.storages[x].lastReader;
+  // Inputs are mostly made before the storage that reads them: later
+  // producers first, then again until nothing moves (a fixpoint).
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return p.storages[a].producer > p.storages[b].producer; });
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int y : order) {
+      if (!recomputed[y]) continue;
+      for (int x : p.storages[y].inputs) {
+        if (end[y] > end[x]) end[x] = end[y], changed = true;
+      }
+    }
+  }
+  return end;
+}
+
+std::vector<int> spanEndsBound(const Problem& p) { return spanEnds(p, std::vector<char>(p.storages.size(), 1)); }
+
 int64_t transientBytes(const Problem& p, int first, int end, const std::vector<char>& freed) {
+  std::vector<char> recomputed(p.storages.size(), 0);
+  for (size_t x = 0; x < freed.size(); ++x) recomputed[x] = freed[x] == 2;
+  const auto spans = spanEnds(p, recomputed);
   std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0);
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end)) continue;
@@ -85,7 +114,7 @@ int64_t transientBytes(const Problem& p, int first, int end, const std::vector<c
     if (!freed[x]) {
       keptFirstSaved[st.firstSaver - first] += st.bytes;
     } else {
-      for (int j = st.firstSaver; j <= std::min(st.lastReader, end - 1); ++j) active[j - first] += st.bytes;
+      for (int j = st.firstSaver; j <= std::min(spans[x], end - 1); ++j) active[j - first] += st.bytes;
     }
   }
   int64_t nodes = 0, after = 0;
@@ -96,12 +125,18 @@ int64_t transientBytes(const Problem& p, int first, int end, const std::vector<c
   return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
 }
 
-int64_t transientBound(const Problem& p, int first, int end) {
+int64_t transientBound(const Problem& p, int first, int end, bool recomputes) {
+  std::vector<int> spans;
+  if (recomputes) {
+    spans = spanEndsBound(p);
+  } else {
+    for (auto& st : p.storages) spans.push_back(st.lastReader);
+  }
   std::vector<int64_t> active(end - first, 0);
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end) || !freeable(p, x, first)) continue;
     const auto& st = p.storages[x];
-    for (int j = st.firstSaver; j <= std::min(st.lastReader, end - 1); ++j) active[j - first] += st.bytes;
+    for (int j = st.firstSaver; j <= std::min(spans[x], end - 1); ++j) active[j - first] += st.bytes;
   }
   int64_t nodes = 0;
   for (int j = first; j < end; ++j) nodes = std::max(nodes, p.nodes[j].workspace + active[j - first]);
@@ -147,7 +182,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
       continue;
     }
     freedUnits += st.bytes / unit;
-    isFreed[x] = 1;
+    isFreed[x] = action == Action::Recompute ? 2 : 1;
     s.freed.emplace_back(x, action);
   }
   s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
@@ -159,10 +194,11 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   // micro-batch's received activations until its backward.
   s.boundaryBytes = first == 0 ? 0 : p.cutBytes[first];
   s.transientBytes = transientBytes(p, first, end, isFreed);
-  s.windowBytes = s.swappedBytes > 0 ? p.swapWindowBytes : 0;
+  s.windowBytes = s.swappedBytes > 0 ? p.window() : 0;
   s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
   s.peakBytes = s.staticBytes + s.inFlight * s.heldBytes + s.transientBytes + s.windowBytes;
-  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + transientBound(p, first, end) + s.windowBytes;
+  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + transientBound(p, first, end, s.recomputedBytes > 0) +
+                 s.windowBytes;
   s.comm = commSeconds(p, first) + commSeconds(p, end);
   if (last) s.loss = p.lossSeconds;
   s.time = s.forward + s.backward + s.swapStall + s.recompute + s.comm + s.loss;

@@ -34,16 +34,21 @@
 //             storages first saved after j + the freed storages in use at j)
 //             (and the loss's workspace on the last stage): node j runs, in
 //             forward or in backward, while its micro-batch holds only what is
-//             saved up to j, plus any freed storage whose span (first saver to
-//             last reader) covers j: forward still reads it, or backward has
-//             rebuilt or read it back; + receive buffers for one more
-//             micro-batch (X_first + X_end; stage 0: the step's data);
+//             saved up to j, plus any freed storage whose span covers j: from
+//             its first saver to its last reader (forward still reads it) or,
+//             when a recomputed storage's segment needs it, to that storage's
+//             span end (backward rebuilds or reads it back that early and
+//             holds it until its own first saver's backward); + receive
+//             buffers for one more micro-batch (X_first + X_end; stage 0: the
+//             step's data);
 //   W = the swap window (bytes in flight to or from the tier).
 // Step time T = sum_k t_k + (m - 1) max_k t_k.
 // Budget: a stage fits when a bound of its memory fits: M_k with transient
 // taken as max over j of (k_j + every freeable storage whose span covers j),
 // which holds whatever is freed, so the choice of freed storages stays a
-// knapsack. Freed bytes count in whole units u = max(1, budget / 1024), each
+// knapsack. Spans are computed as if every recomputable storage were
+// recomputed when the stage recomputes anything; from first saver to last
+// reader when it only swaps (nothing is read back early then). Freed bytes count in whole units u = max(1, budget / 1024), each
 // storage's rounded down; a stage fits when the units it frees cover
 // ceil(ceil(E / inFlight) / u), E = the bound with everything kept - budget.
 // Both are conservative (what fits in units fits in bytes).
@@ -69,6 +74,10 @@ struct SavedStorage {
   int producer = 0, slot = 0;
   int firstSaver = 0;
   int lastReader = 0;  // the last node reading a value on it (numNodes(): a graph output)
+  // Saved storages (indices into Problem::storages, made earlier) that the
+  // segment reads from outside itself: recomputing this one rebuilds or reads
+  // them back first.
+  std::vector<int> inputs;
   int64_t bytes = 0;
   std::vector<int> segment;  // ascending; contains producer
   int lastParamWriter = -1;  // the last node of segment that writes a parameter or buffer; -1: none
@@ -84,12 +93,15 @@ struct Problem {
   double p2pBandwidth = 0;        // bytes/s; 0: communication is free
   double p2pLatency = 0;          // seconds
   double swapSecondsPerByte = 0;  // 1/write_bw + 1/read_bw; 0: no swap tier (Swap not allowed)
-  int64_t swapWindowBytes = 0;
+  int64_t swapWindowBytes = 0;    // the swap window W: this many bytes ...
+  double swapWindowShare = 0;     // ... + this share of the budget
+  int64_t window() const { return swapWindowBytes + static_cast<int64_t>(swapWindowShare * budgetBytes); }
   int stages = 1;
   int microBatches = 1;
   bool gpipe = false;              // else 1F1B
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above
+  bool prune = true;               // partitioner search pruning (large graphs); the result is the same without
 
   int numNodes() const { return static_cast<int>(nodes.size()); }
   // Throws PlanError when sizes disagree, a value is negative or a storage is malformed.
@@ -106,7 +118,11 @@ double recomputeSeconds(const Problem& problem, int storage, int first);
 // bound the budget check uses. freeable(x): x may be freed in this stage
 // (at least one memory unit, and swap or recompute allowed).
 int64_t transientBytes(const Problem& problem, int first, int end, const std::vector<char>& freed);
-int64_t transientBound(const Problem& problem, int first, int end);
+int64_t transientBound(const Problem& problem, int first, int end, bool recomputes);
+// Span ends (see above) with these storages recomputed (recomputed[x] != 0);
+// spanEndsBound(): with every storage recomputed, for any stage.
+std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed);
+std::vector<int> spanEndsBound(const Problem& problem);
 bool freeable(const Problem& problem, int storage, int first);
 
 struct StageCost {

@@ -9,18 +9,19 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 }  // namespace
 
-void RecomputeKnapsack::reset(int64_t capacity) {
+void AdditiveKnapsack::reset(int64_t capacity) {
   best_.assign(capacity + 1, kInf);
   best_[0] = 0;
   reach_ = 0;
 }
 
-void RecomputeKnapsack::add(const KnapsackItem& it, std::vector<char>* took) {
+void AdditiveKnapsack::add(const KnapsackItem& it, std::vector<char>* took) {
   if (took) took->assign(best_.size(), 0);
-  if (it.recompute == kInf) return;
+  const double cost = costOf(it);
+  if (cost == kInf) return;
   reach_ = std::min(capacity(), reach_ + it.units);
   for (int64_t v = reach_; v >= 1; --v) {
-    const double via = best_[std::max<int64_t>(0, v - it.units)] + it.recompute;
+    const double via = best_[std::max<int64_t>(0, v - it.units)] + cost;
     if (via < best_[v]) {
       best_[v] = via;
       if (took) (*took)[v] = 1;

@@ -4,7 +4,8 @@
 // recompute (seconds r) or swap (seconds of I/O s). best(v) answers: how
 // cheaply can at least v units be freed?
 //
-// RecomputeKnapsack: recompute only; the cost is additive (sum of r).
+// AdditiveKnapsack: one action for every item, recompute (cost: sum of r) or
+//   swap (sum of s); additive.
 // FrontKnapsack: recompute or swap; a stage pays sum r + max(0, sum s - C)
 //   (its I/O hides behind C seconds of compute, C known only when the stage
 //   ends), which is not additive. For each v it keeps the Pareto front of
@@ -29,14 +30,18 @@ struct KnapsackItem {
   double swap = std::numeric_limits<double>::infinity();
 };
 
-class RecomputeKnapsack {
+class AdditiveKnapsack {
  public:
+  enum class Cost { Recompute, Swap };
+  explicit AdditiveKnapsack(Cost cost = Cost::Recompute) : cost_(cost) {}
   void reset(int64_t capacity);
   int64_t capacity() const { return static_cast<int64_t>(best_.size()) - 1; }
   void add(const KnapsackItem& item, std::vector<char>* took = nullptr);
   double at(int64_t v) const { return best_[v]; }
 
  private:
+  double costOf(const KnapsackItem& it) const { return cost_ == Cost::Recompute ? it.recompute : it.swap; }
+  Cost cost_;
   std::vector<double> best_;
   int64_t reach_ = 0;  // units of all items added: above it nothing is feasible yet
 };

@@ -21,45 +21,70 @@ int64_t unitsFor(int64_t excess, int inFlight, int64_t unit) {
   return ((excess + inFlight - 1) / inFlight + unit - 1) / unit;
 }
 
-// What a stage [first, end) holds and needs, accumulated one node at a time.
-struct StageSums {
-  int first = 0;
-  int64_t params = 0, saved = 0;
-  // transientBound() incrementally: freeable storages whose span covers the
-  // current node, and the largest node workspace + that.
+// transientBound() of a growing stage, one node at a time: the freeable
+// storages whose span covers the current node, and the largest node
+// workspace + that so far.
+struct BoundSum {
+  const std::vector<int>* spans = nullptr;
   int64_t active = 0, workspace = 0, nodeWorkspace = 0;
-  std::multimap<int, int64_t> expiring;  // last reader -> bytes
-  double compute = 0;
-  std::vector<KnapsackItem> items;
-  int64_t freeableAll = 0, freeableRecompute = 0;
-
-  void addNode(const Problem& p, int j) {
-    const auto& c = p.nodes[j];
-    params += c.params;
+  std::multimap<int, int64_t> expiring;  // span end -> bytes
+  void addNode(int j, int64_t ws) {
     while (!expiring.empty() && expiring.begin()->first < j) {
       active -= expiring.begin()->second;
       expiring.erase(expiring.begin());
     }
-    nodeWorkspace = c.workspace;
+    nodeWorkspace = ws;
+  }
+  void addFreeable(int x, int64_t bytes) {
+    active += bytes;
+    expiring.emplace((*spans)[x], bytes);
+  }
+  void closeNode() { workspace = std::max(workspace, nodeWorkspace + active); }
+};
+
+// The three ways a stage may free memory (Note [freeing variants]): they
+// differ in the bound they must fit (the swap window; recompute chains).
+enum class Variant { Recompute, Swap, Both };
+
+// What a stage [first, end) holds and needs, accumulated one node at a time.
+struct StageSums {
+  int first = 0;
+  int64_t params = 0, saved = 0;
+  BoundSum plain, chained;  // spans to the last reader; through recompute chains
+  double compute = 0;
+  std::vector<KnapsackItem> items;
+  int64_t freeableAll = 0, freeableRecompute = 0, freeableSwap = 0;
+
+  StageSums(int firstNode, const std::vector<int>& lastReaders, const std::vector<int>& chainSpans) : first(firstNode) {
+    plain.spans = &lastReaders;
+    chained.spans = &chainSpans;
+  }
+  void addNode(const Problem& p, int j) {
+    const auto& c = p.nodes[j];
+    params += c.params;
+    plain.addNode(j, c.workspace);
+    chained.addNode(j, c.workspace);
     compute += c.forward + c.backward;
   }
-  void enter(int64_t bytes) { saved += bytes; }
-  // After node j's entrants: its bound candidate.
-  void closeNode() { workspace = std::max(workspace, nodeWorkspace + active); }
-  // Storage x enters the stage (its first saver is now inside).
+  void closeNode() {
+    plain.closeNode();
+    chained.closeNode();
+  }
+  // Storage x enters the stage (its first saver is now inside); false when it cannot be freed.
   bool addStorage(const Problem& p, int x, KnapsackItem* item) {
     const auto& st = p.storages[x];
-    enter(st.bytes);
+    saved += st.bytes;
     KnapsackItem it;
     it.storage = x;
     it.units = p.budgetBytes > 0 ? st.bytes / memoryUnit(p) : 0;
     it.recompute = recomputeSeconds(p, x, first);
     it.swap = p.swapSecondsPerByte > 0 ? p.swapSecondsPerByte * static_cast<double>(st.bytes) : kInf;
     if (it.units <= 0 || (it.recompute == kInf && it.swap == kInf)) return false;
-    active += st.bytes;
-    expiring.emplace(st.lastReader, st.bytes);
+    plain.addFreeable(x, st.bytes);
+    chained.addFreeable(x, st.bytes);
     freeableAll += it.units;
     if (it.recompute < kInf) freeableRecompute += it.units;
+    if (it.swap < kInf) freeableSwap += it.units;
     items.push_back(it);
     *item = it;
     return true;
@@ -67,24 +92,36 @@ struct StageSums {
   int64_t staticBytes(const Problem& p) const {
     return static_cast<int64_t>(static_cast<double>(params) * p.staticPerParamByte);
   }
-  // The budget bound with everything kept, less the budget; see CostModel.h.
-  int64_t excess(const Problem& p, int k, int end, bool window) const { return excessWith(p, k, end, window, saved); }
-  int64_t excessWith(const Problem& p, int k, int end, bool window, int64_t savedBytes) const {
+  int64_t freeable(Variant v) const {
+    return v == Variant::Recompute ? freeableRecompute : v == Variant::Swap ? freeableSwap : freeableAll;
+  }
+  // The budget bound with everything kept, less the budget (CostModel.h).
+  int64_t excess(const Problem& p, int k, int end, Variant v, int64_t savedBytes) const {
     const bool last = end == p.numNodes();
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
-    const int64_t transient = std::max(workspace, last ? p.lossWorkspace : 0) +
+    const int64_t nodes = v == Variant::Swap ? plain.workspace : chained.workspace;
+    const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) +
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
     return staticBytes(p) + inFlight(p, k) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
-           (window ? p.swapWindowBytes : 0) - p.budgetBytes;
+           (v == Variant::Recompute ? 0 : p.window()) - p.budgetBytes;
   }
-  // A lower bound of excess() that never decreases as the stage grows.
-  int64_t monotoneExcess(const Problem& p, int k) const {
+  int64_t need(const Problem& p, int k, int end, Variant v) const {
+    return unitsFor(excess(p, k, end, v, saved), inFlight(p, k), memoryUnit(p));
+  }
+  // A lower bound of every variant's excess that never decreases as the stage grows.
+  int64_t monotoneExcess(const Problem& p, int f) const {
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
-    return staticBytes(p) + inFlight(p, k) * (boundary + saved) + workspace +
+    return staticBytes(p) + f * (boundary + saved) + plain.workspace +
            (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) - p.budgetBytes;
   }
 };
+
+// Note [freeing variants]: a stage that only recomputes needs no swap window;
+// one that only swaps reads nothing back early (its spans end at the last
+// reader); one that does both pays both. Each variant is a knapsack of its
+// own with its own need, and a stage takes the cheapest that fits. Every
+// variant's bound holds for all the choices it may make, so each is exact.
 
 // Storages by first saver, so a stage growing by one node adds its entrants.
 std::vector<std::vector<int>> storagesByFirstSaver(const Problem& p) {
@@ -93,78 +130,89 @@ std::vector<std::vector<int>> storagesByFirstSaver(const Problem& p) {
   return out;
 }
 
+std::vector<int> lastReaders(const Problem& p) {
+  std::vector<int> out;
+  for (auto& st : p.storages) out.push_back(st.lastReader);
+  return out;
+}
+
+// Everything a partitioner run computes once per problem.
+struct Context {
+  const Problem& p;
+  std::vector<std::vector<int>> entrants;
+  std::vector<int> readers, chains;
+  std::set<int> flights;  // distinct in-flight counts of the stages
+  explicit Context(const Problem& problem)
+      : p(problem), entrants(storagesByFirstSaver(problem)), readers(lastReaders(problem)),
+        chains(spanEndsBound(problem)) {
+    for (int k = 0; k < p.stages; ++k) flights.insert(inFlight(p, k));
+  }
+  StageSums sums(int first) const { return StageSums(first, readers, chains); }
+  // Adds node j and its entrants; the freeable ones go to `added`.
+  void grow(StageSums& s, int j, std::vector<KnapsackItem>* added) const {
+    s.addNode(p, j);
+    for (int x : entrants[j]) {
+      KnapsackItem it;
+      if (p.storages[x].producer >= s.first && s.addStorage(p, x, &it) && added) added->push_back(it);
+    }
+    s.closeNode();
+  }
+  // Stage k can never fit again, however it grows.
+  bool neverFits(const StageSums& s, int f) const {
+    return p.budgetBytes > 0 && unitsFor(s.monotoneExcess(p, f), f, memoryUnit(p)) > s.freeableAll;
+  }
+};
+
 // How far a stage starting at `first` can grow: until it can never fit, for
 // any stage index (the DP's rule). Its compute bounds what swap I/O can hide
 // behind (which keeps the knapsack fronts short, Knapsack.h); its freeable
 // units bound what any end needs (so the knapsacks are sized once).
 struct Reach {
-  double compute = 0;   // the most compute of a stage starting here
-  int64_t units = 0;    // the most units it could free
+  double compute = 0;
+  int64_t units = 0;
 };
-Reach maxReach(const Problem& p, int first, const std::vector<std::vector<int>>& entrants) {
-  std::set<int> flights;
-  for (int k = 0; k < p.stages; ++k) flights.insert(inFlight(p, k));
-  StageSums sums;
-  sums.first = first;
-  for (int j = first; j < p.numNodes(); ++j) {
-    sums.addNode(p, j);
-    for (int x : entrants[j]) {
-      KnapsackItem it;
-      if (p.storages[x].producer >= first) sums.addStorage(p, x, &it);
-    }
-    sums.closeNode();
-    if (p.budgetBytes > 0) {
-      bool fitsSome = false;
-      for (int f : flights) {
-        const int64_t e = sums.staticBytes(p) + f * ((first == 0 ? 0 : p.cutBytes[first]) + sums.saved) +
-                          sums.workspace + (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) -
-                          p.budgetBytes;
-        fitsSome = fitsSome || unitsFor(e, f, memoryUnit(p)) <= sums.freeableAll;
-      }
-      if (!fitsSome) break;
-    }
+Reach maxReach(const Context& ctx, int first) {
+  auto sums = ctx.sums(first);
+  for (int j = first; j < ctx.p.numNodes(); ++j) {
+    ctx.grow(sums, j, nullptr);
+    bool fitsSome = false;
+    for (int f : ctx.flights) fitsSome = fitsSome || !ctx.neverFits(sums, f);
+    if (!fitsSome) break;
   }
   return {sums.compute, sums.freeableAll};
 }
 
-// Both knapsacks of one stage start, grown on demand.
+// The three knapsacks of one stage start.
 struct StageKnapsacks {
-  RecomputeKnapsack recompute;
-  FrontKnapsack front;
-  bool swap;
-  StageKnapsacks(const Problem& p, const Reach& reach) : front(reach.compute), swap(p.swapSecondsPerByte > 0) {
+  AdditiveKnapsack recompute{AdditiveKnapsack::Cost::Recompute}, swap{AdditiveKnapsack::Cost::Swap};
+  FrontKnapsack both;
+  bool swapTier;
+  StageKnapsacks(const Problem& p, const Reach& reach) : both(reach.compute), swapTier(p.swapSecondsPerByte > 0) {
     recompute.reset(reach.units);
-    front.reset(swap ? reach.units : 0);
+    swap.reset(swapTier ? reach.units : 0);
+    both.reset(swapTier ? reach.units : 0);
   }
   void add(const KnapsackItem& it) {
     recompute.add(it);
-    if (swap) front.add(it);
-  }
-  void ensure(int64_t need, const StageSums& sums) {
-    if (need <= recompute.capacity()) return;
-    const int64_t cap = std::min(sums.freeableAll, std::max(need, 2 * recompute.capacity()));
-    recompute.reset(cap);
-    if (swap) front.reset(cap);
-    for (auto& it : sums.items) add(it);
+    if (swapTier) {
+      swap.add(it);
+      both.add(it);
+    }
   }
   // Least extra seconds (recompute + swap stall) for stage k ending at `end`; +inf if it cannot fit.
-  double best(const Problem& p, const StageSums& sums, int k, int end) {
+  double best(const Problem& p, const StageSums& s, int k, int end) const {
     if (p.budgetBytes <= 0) return 0;
-    const int64_t unit = memoryUnit(p), f = inFlight(p, k);
-    const int64_t needA = unitsFor(sums.excess(p, k, end, false), f, unit);
+    const int64_t needRecompute = s.need(p, k, end, Variant::Recompute);
+    if (needRecompute == 0) return 0;
     double best = kInf;
-    if (needA == 0) return 0;
-    if (needA <= sums.freeableRecompute) {
-      ensure(needA, sums);
-      best = recompute.at(needA);
+    if (needRecompute <= std::min(s.freeableRecompute, recompute.capacity())) best = recompute.at(needRecompute);
+    if (!swapTier) return best;
+    const int64_t needSwap = s.need(p, k, end, Variant::Swap);
+    if (needSwap <= std::min(s.freeableSwap, swap.capacity())) {
+      best = std::min(best, std::max(0.0, swap.at(needSwap) - s.compute));
     }
-    if (swap) {
-      const int64_t needB = unitsFor(sums.excess(p, k, end, true), f, unit);
-      if (needB <= sums.freeableAll) {
-        ensure(needB, sums);
-        best = std::min(best, front.best(needB, sums.compute));
-      }
-    }
+    const int64_t needBoth = s.need(p, k, end, Variant::Both);
+    if (needBoth <= std::min(s.freeableAll, both.capacity())) best = std::min(best, both.best(needBoth, s.compute));
     return best;
   }
 };
@@ -204,12 +252,43 @@ bool canEnd(const Problem& p, int k, int j) {
 }
 
 // The optimum's cuts and step time; false when nothing fits.
-bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
+// An upper bound of the optimal step time: cuts that balance compute,
+// snapped to valid cuts, with their best actions; +inf when they do not fit.
+// A stage with m x its compute above it is in no optimal plan (the step time
+// is at least m x any stage's time), which bounds how far a stage grows.
+double balancedUpperBound(const Problem& p) {
+  const int n = p.numNodes();
+  std::vector<double> prefix(n + 1, 0);
+  for (int j = 0; j < n; ++j) prefix[j + 1] = prefix[j] + p.nodes[j].forward + p.nodes[j].backward;
+  std::vector<int> cuts;
+  int prev = 0;
+  for (int k = 1; k < p.stages; ++k) {
+    const double target = prefix[n] * k / p.stages;
+    int best = -1;
+    for (int c = prev + 1; c <= n - (p.stages - k); ++c) {
+      if (p.validCut[c] && (best < 0 || std::abs(prefix[c] - target) < std::abs(prefix[best] - target))) best = c;
+    }
+    if (best < 0) return kInf;
+    cuts.push_back(prev = best);
+  }
+  std::vector<StageCost> stages;
+  for (int k = 0; k < p.stages; ++k) {
+    const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? n : cuts[k];
+    stages.push_back(bestStage(p, k, first, end));
+    if (!stages.back().fits) return kInf;
+  }
+  return stepTime(stages, p.microBatches);
+}
+
+// The DP with stages pruned above `upper` (see balancedUpperBound): finds the
+// optimum whenever the optimum's step time is at most `upper`.
+bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut, double* best) {
   const int n = p.numNodes(), stages = p.stages;
-  const auto entrants = storagesByFirstSaver(p);
+  const Context ctx(p);
   std::vector<std::vector<std::vector<Point>>> fronts(stages, std::vector<std::vector<Point>>(n + 1));
   const std::vector<Point> origin{{0, 0, -1, -1}};
   std::vector<Point> extended, scratch;
+  std::vector<KnapsackItem> added;
   for (int i = 0; i < n; ++i) {
     // Stages that may start at node i, each with the (final) front it extends.
     std::vector<std::pair<int, const std::vector<Point>*>> active;
@@ -220,23 +299,18 @@ bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
       }
     }
     if (active.empty()) continue;
-    StageSums sums;
-    sums.first = i;
-    StageKnapsacks knap(p, maxReach(p, i, entrants));
+    auto sums = ctx.sums(i);
+    StageKnapsacks knap(p, p.budgetBytes > 0 ? maxReach(ctx, i) : Reach{});
     const double commIn = commSeconds(p, i);
     for (int j = i + 1; j <= n && !active.empty(); ++j) {
-      sums.addNode(p, j - 1);
-      for (int x : entrants[j - 1]) {
-        if (p.storages[x].producer < i) continue;
-        KnapsackItem it;
-        if (sums.addStorage(p, x, &it)) knap.add(it);
-      }
-      sums.closeNode();
+      added.clear();
+      ctx.grow(sums, j - 1, &added);
+      if (p.microBatches * sums.compute > upper) break;  // in no optimal plan, nor is any longer stage
+      for (auto& it : added) knap.add(it);
       for (size_t a = 0; a < active.size();) {
         const int k = active[a].first;
-        if (p.budgetBytes > 0 &&
-            unitsFor(sums.monotoneExcess(p, k), inFlight(p, k), memoryUnit(p)) > sums.freeableAll) {
-          active.erase(active.begin() + static_cast<long>(a));  // never fits again
+        if (ctx.neverFits(sums, inFlight(p, k))) {
+          active.erase(active.begin() + static_cast<long>(a));
           continue;
         }
         ++a;
@@ -282,66 +356,89 @@ bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
   return true;
 }
 
+// The optimum's cuts and step time; false when nothing fits. The pruning
+// bound starts from a feasible plan (balanced compute) or, without one, from
+// a lower bound of the step time, and grows until the plan found is within it
+// (then no optimal stage was pruned) or it is infinite.
+bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
+  double upper = kInf;
+  if (p.prune && p.numNodes() >= 256) {  // small graphs: the plain DP is fast enough
+    upper = balancedUpperBound(p);
+    if (upper == kInf) {
+      double total = 0;
+      for (auto& c : p.nodes) total += c.forward + c.backward;
+      double guess = 1.25 * total * (1.0 + (p.microBatches - 1.0) / p.stages);
+      for (int tries = 0; tries < 3; ++tries, guess *= 4) {
+        if (!optimalCutsBelow(p, guess * (1 + 1e-9), cutsOut, best)) continue;
+        if (*best <= guess) return true;
+        upper = *best;  // a feasible plan's step time: certainly holds the optimum
+        break;
+      }
+    }
+  }
+  return optimalCutsBelow(p, upper * (1 + 1e-9), cutsOut, best);
+}
+
 }  // namespace
 
 StageCost bestStage(const Problem& p, int stage, int first, int end) {
-  StageSums sums;
-  sums.first = first;
+  const Context ctx(p);
+  auto sums = ctx.sums(first);
   std::vector<KnapsackItem> items;
-  const auto entrants = storagesByFirstSaver(p);
-  for (int j = first; j < end; ++j) {
-    sums.addNode(p, j);
-    for (int x : entrants[j]) {
-      KnapsackItem it;
-      if (p.storages[x].producer >= first && sums.addStorage(p, x, &it)) items.push_back(it);
-    }
-    sums.closeNode();
+  for (int j = first; j < end; ++j) ctx.grow(sums, j, &items);
+  if (p.budgetBytes <= 0 || sums.need(p, stage, end, Variant::Recompute) == 0) {
+    return evaluateStage(p, stage, first, end, {});
   }
-  auto everything = [&] {
+  // Each variant with its choices read back; the cheapest that fits wins.
+  double bestCost = kInf;
+  std::vector<std::pair<int, Action>> bestFreed;
+  auto additive = [&](Variant v, AdditiveKnapsack::Cost cost, Action action, int64_t freeableUnits) {
+    const int64_t need = sums.need(p, stage, end, v);
+    if (need > freeableUnits) return;
+    AdditiveKnapsack knap(cost);
+    knap.reset(need);
+    std::vector<std::vector<char>> took(items.size());
+    for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
+    const double seconds = action == Action::Swap ? std::max(0.0, knap.at(need) - sums.compute) : knap.at(need);
+    if (!(seconds < bestCost)) return;
+    bestCost = seconds;
+    bestFreed.clear();
+    for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
+      if (took[x][u]) {
+        bestFreed.emplace_back(items[x].storage, action);
+        u = std::max<int64_t>(0, u - items[x].units);
+      }
+    }
+  };
+  additive(Variant::Recompute, AdditiveKnapsack::Cost::Recompute, Action::Recompute, sums.freeableRecompute);
+  if (p.swapSecondsPerByte > 0) {
+    additive(Variant::Swap, AdditiveKnapsack::Cost::Swap, Action::Swap, sums.freeableSwap);
+    const int64_t need = sums.need(p, stage, end, Variant::Both);
+    if (need <= sums.freeableAll) {
+      FrontKnapsack knap(std::max(sums.compute, maxReach(ctx, first).compute), /*record=*/true);
+      knap.reset(need);
+      for (auto& it : items) knap.add(it);
+      int point = -1;
+      const double seconds = knap.best(need, sums.compute, &point);
+      if (seconds < bestCost) {
+        bestCost = seconds;
+        bestFreed.clear();
+        auto choice = knap.choices(need, point);
+        for (size_t x = 0; x < items.size(); ++x) {
+          if (choice[x]) bestFreed.emplace_back(items[x].storage, choice[x] == 1 ? Action::Recompute : Action::Swap);
+        }
+      }
+    }
+  }
+  if (bestCost == kInf) {  // report the stage with everything freeable freed
     std::vector<std::pair<int, Action>> all;
     for (auto& it : items) all.emplace_back(it.storage, it.recompute < kInf ? Action::Recompute : Action::Swap);
     auto s = evaluateStage(p, stage, first, end, all);
     s.fits = false;
     return s;
-  };
-  if (p.budgetBytes <= 0) return evaluateStage(p, stage, first, end, {});
-  const int64_t unit = memoryUnit(p), f = inFlight(p, stage);
-  const int64_t needA = unitsFor(sums.excess(p, stage, end, false), f, unit);
-  const int64_t needB = unitsFor(sums.excess(p, stage, end, true), f, unit);
-  if (needA == 0) return evaluateStage(p, stage, first, end, {});
-  // Recompute only, recording choices to read them back.
-  std::vector<std::pair<int, Action>> freedA, freedB;
-  double costA = kInf, costB = kInf;
-  if (needA <= sums.freeableRecompute) {
-    RecomputeKnapsack knap;
-    knap.reset(needA);
-    std::vector<std::vector<char>> took(items.size());
-    for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
-    costA = knap.at(needA);
-    for (int64_t x = static_cast<int64_t>(items.size()) - 1, v = needA; x >= 0 && v > 0; --x) {
-      if (took[x][v]) {
-        freedA.emplace_back(items[x].storage, Action::Recompute);
-        v = std::max<int64_t>(0, v - items[x].units);
-      }
-    }
   }
-  if (p.swapSecondsPerByte > 0 && needB <= sums.freeableAll) {
-    FrontKnapsack knap(std::max(sums.compute, maxReach(p, first, entrants).compute), /*record=*/true);
-    knap.reset(needB);
-    for (auto& it : items) knap.add(it);
-    int point = -1;
-    costB = knap.best(needB, sums.compute, &point);
-    if (costB < kInf) {
-      auto choice = knap.choices(needB, point);
-      for (size_t x = 0; x < items.size(); ++x) {
-        if (choice[x]) freedB.emplace_back(items[x].storage, choice[x] == 1 ? Action::Recompute : Action::Swap);
-      }
-    }
-  }
-  if (costA == kInf && costB == kInf) return everything();
-  auto freed = costA <= costB ? freedA : freedB;
-  std::sort(freed.begin(), freed.end());
-  auto s = evaluateStage(p, stage, first, end, freed);
+  std::sort(bestFreed.begin(), bestFreed.end());
+  auto s = evaluateStage(p, stage, first, end, bestFreed);
   SLUICE_CHECK(s.fits, PlanError, "partition: internal error: stage " << stage << " chosen actions do not fit");
   return s;
 }
@@ -370,34 +467,29 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
 
 int64_t minimalBudget(const Problem& p) {
   // A lower bound first: min over splits of the largest stage memory with
-  // every freeable storage freed (unit rounding and the window ignored).
+  // every freeable storage freed (unit rounding, window and chains ignored).
   const int n = p.numNodes(), stages = p.stages;
-  const auto entrants = storagesByFirstSaver(p);
-  const int64_t inf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> dp(stages, std::vector<int64_t>(n + 1, inf));
   Problem q = p;  // budget 0: excess() is the memory itself
   q.budgetBytes = 0;
+  const Context ctx(q);
+  const int64_t inf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> dp(stages, std::vector<int64_t>(n + 1, inf));
   for (int i = 0; i < n; ++i) {
     if (i > 0 && !p.validCut[i]) continue;
-    StageSums sums;
-    sums.first = i;
+    auto sums = ctx.sums(i);
     int64_t stuck = 0;
     for (int j = i + 1; j <= n; ++j) {
-      sums.addNode(p, j - 1);
-      for (int x : entrants[j - 1]) {
+      for (int x : ctx.entrants[j - 1]) {
         const auto& st = p.storages[x];
         if (st.producer < i) continue;
-        const bool canFree = p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, i) < kInf;
-        if (!canFree) stuck += st.bytes;
-        KnapsackItem it;
-        sums.addStorage(q, x, &it);
+        if (p.swapSecondsPerByte <= 0 && recomputeSeconds(p, x, i) == kInf) stuck += st.bytes;
       }
-      sums.closeNode();
+      ctx.grow(sums, j - 1, nullptr);
       for (int k = (i == 0 ? 0 : 1); k < stages; ++k) {
         if (!canEnd(p, k, j)) continue;
         if (k > 0 && dp[k - 1][i] == inf) continue;
         if (k == 0 && i != 0) continue;
-        const int64_t mem = sums.excessWith(q, k, j, false, stuck);  // budget 0: the memory itself
+        const int64_t mem = sums.excess(q, k, j, Variant::Swap, stuck) - q.window();  // no window: a lower bound
         dp[k][j] = std::min(dp[k][j], std::max(k == 0 ? 0 : dp[k - 1][i], mem));
       }
     }

@@ -286,6 +286,8 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
                              ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
                              : 0.0;
   p.swapWindowBytes = st.swapWindowBytes;
+  p.swapWindowShare = st.swapWindowShare;
+  if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
   p.stages = st.stages;
   p.microBatches = st.microBatches;
   SLUICE_CHECK(st.schedule == "gpipe" || st.schedule == "1f1b", PlanError,
@@ -425,7 +427,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.microBatchSize = profile.microBatchSize;
   plan.dataParallel = st.dataParallel;
   plan.budgetBytes = st.budgetBytes;
-  plan.swapWindowBytes = problem.swapWindowBytes;
+  plan.swapWindowBytes = problem.window();
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;

@@ -43,7 +43,8 @@ struct PlanSettings {
   bool distAdam = false;           // optimizer state sharded over dataParallel
   std::string policy = "plan";     // plan | none | full_recompute
   bool swap = true;                // a swap tier is available (memory.swap_dir)
-  int64_t swapWindowBytes = 64ll << 20;
+  int64_t swapWindowBytes = 0;     // the swap window: these bytes ...
+  double swapWindowShare = 0.125;  // ... + this share of the budget (64 MiB without a budget)
 };
 
 struct PlanStage {

@@ -56,6 +56,10 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
   };
 
   std::vector<SavedStorage> out;
+  std::map<memory::StorageKey, int> indexOf;  // into out
+  for (auto& f : facts.storages) {
+    if (!f.savers.empty()) indexOf.emplace(f.key, static_cast<int>(indexOf.size()));
+  }
   for (auto& f : facts.storages) {
     if (f.savers.empty()) continue;
     SavedStorage s;
@@ -95,6 +99,19 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
       }
     }
     s.segment.assign(segment.begin(), segment.end());
+    // The saved storages the segment reads from outside: rebuilt or read back first.
+    std::set<int> inputs;
+    for (int node : s.segment) {
+      for (auto* in : g.nodes()[node].irNode->inputs()) {
+        auto prod = producedBy.find(in->debugName());
+        if (prod == producedBy.end() || segment.count(prod->second.first)) continue;
+        const auto& vs = facts.outputs[prod->second.first].at(prod->second.second);
+        if (vs.kind != memory::ValueStorage::Node || vs.key == f.key) continue;
+        auto it = indexOf.find(vs.key);
+        if (it != indexOf.end()) inputs.insert(it->second);
+      }
+    }
+    s.inputs.assign(inputs.begin(), inputs.end());
     for (int node : s.segment) {
       if (node < static_cast<int>(facts.writesParameter.size()) && facts.writesParameter[node]) s.lastParamWriter = node;
     }

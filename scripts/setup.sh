@@ -10,6 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
+  e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
 )
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()

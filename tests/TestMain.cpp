@@ -2,15 +2,37 @@
 // by mpirun) so that single-process and multi-rank tests share one binary.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "core/Communicator.h"
+
+namespace {
+
+// On ranks other than 0: the failures only, with their rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::cerr << "[rank " << rank_ << "] " << (r.file_name() ? r.file_name() : "?") << ":" << r.line_number()
+              << ": Failure\n" << r.summary() << std::endl;
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   sluice::Communicator::initialize(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   // Only rank 0 prints the per-test progress; failures still print everywhere.
-  if (sluice::Communicator::world().rank() != 0) {
+  const int rank = sluice::Communicator::world().rank();
+  if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   int rc = RUN_ALL_TESTS();
   // Make a failure on any rank fail the whole mpirun.

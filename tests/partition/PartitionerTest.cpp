@@ -32,6 +32,7 @@ Problem randomProblem(std::mt19937& rng) {
   p.p2pLatency = real(0, 1e-4);
   p.swapSecondsPerByte = uni(0, 3) == 0 ? 0 : real(1e-10, 4e-8);
   p.swapWindowBytes = uni(0, 2) == 0 ? 0 : uni(1, 100000);
+  p.swapWindowShare = uni(0, 2) == 0 ? real(0, 0.2) : 0;
   for (int j = 0; j < n; ++j) {
     NodeCost c;
     c.forward = real(1e-5, 1e-3);
@@ -53,6 +54,12 @@ Problem randomProblem(std::mt19937& rng) {
     if (s.producer > 0 && uni(0, 2) == 0) s.segment.insert(s.segment.begin(), uni(0, s.producer - 1));
     s.lastParamWriter = uni(0, 4) == 0 ? s.segment.front() : -1;
     p.storages.push_back(s);
+  }
+  // Recompute chains: a segment may read storages made before it.
+  for (int y = 0; y < storages; ++y) {
+    for (int x = 0; x < storages; ++x) {
+      if (p.storages[x].producer < p.storages[y].producer && uni(0, 3) == 0) p.storages[y].inputs.push_back(x);
+    }
   }
   p.cutBytes.assign(n + 1, 0);
   p.validCut.assign(n + 1, 1);
@@ -226,6 +233,45 @@ Problem longChain() {
   for (int c = 0; c <= n; ++c) p.validCut[c] = c % 5 != 2;
   p.budgetBytes = 0;
   return p;
+}
+
+// The pruning that large graphs get (stages whose compute alone exceeds a
+// feasible plan's step time) never changes the optimum.
+TEST(Partitioner, PruningLargeGraphsKeepsTheOptimum) {
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    Problem p = longChain();
+    const int n = 256 + 8 * trial;
+    p.nodes.resize(n);
+    p.storages.erase(std::remove_if(p.storages.begin(), p.storages.end(),
+                                    [&](const SavedStorage& s) { return s.firstSaver >= n || s.lastReader >= n; }),
+                     p.storages.end());
+    p.cutBytes.resize(n + 1);
+    p.validCut.resize(n + 1);
+    p.cutBytes[n] = 0;
+    p.validCut[n] = 1;
+    p.stages = 2 + trial % 3;
+    p.microBatches = 1 + trial % 8;
+    p.budgetBytes = 0;
+    int64_t peak = 0;
+    for (auto& s : partitionOptimal(p).stages) peak = std::max(peak, s.boundBytes);
+    p.budgetBytes = trial % 2 == 0 ? 0 : peak * std::uniform_int_distribution<int>(50, 95)(rng) / 100;
+    Problem plain = p;
+    plain.prune = false;
+    double a = -1, b = -1;
+    try {
+      a = partitionOptimal(p).stepTime;
+    } catch (const PlanError&) {
+    }
+    try {
+      b = partitionOptimal(plain).stepTime;
+    } catch (const PlanError&) {
+    }
+    EXPECT_NEAR(a, b, 1e-12 * std::max(1.0, b)) << "trial " << trial;
+    compared += a > 0;
+  }
+  EXPECT_GE(compared, 4);
 }
 
 TEST(Partitioner, FiveThousandNodesIntoEightStages) {

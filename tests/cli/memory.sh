@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Memory plans on real training (the quickstart GPT, 2 stages, 1F1B, 10 steps),
+# all from one profile: the measured peak of allocated bytes per stage is
+# within 10% of the plan's prediction when everything is kept, under a budget
+# the plan meets by swapping, and under the same budget without a swap tier
+# (recompute only); the budgets are met and the losses equal keeping
+# everything exactly. Then swap directories that cannot work: missing, not a
+# directory, tmpfs, read-only, full: a clear error naming the directory,
+# a non-zero exit, no hang, and (before training) no output.
+source "$(dirname "$0")/lib.sh"
+CFG="$ROOT/configs/quickstart.yaml"
+run=(--set training.steps=10 --set logging.interval=5)
+BUDGET=26   # MiB; keeping everything needs about 48 MiB on stage 0
+RBUDGET=34  # without swap: recompute chains rebuild whole blocks in backward, the plan reserves for that
+
+"$SLUICE" profile "$CFG" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+plan() {  # plan NAME [args...]
+  local name=$1
+  shift
+  "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" "$@" >"$TMP/$name.plan.log" 2>&1 ||
+    { cat "$TMP/$name.plan.log"; fail "partition $name"; }
+}
+train() {  # train NAME PLAN [args...]
+  local name=$1 planFile=$2
+  shift 2
+  "$SLUICE" train "$CFG" "${run[@]}" --set pipeline.plan="$planFile" --set job.output_dir="$TMP/$name" "$@" \
+    >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
+}
+# check_memory NAME BUDGET_MIB: every rank's measured peak within 10% of its
+# prediction (and within the budget, when there is one).
+check_memory() {
+  local name=$1 budget=$2
+  cat "$TMP/$name"/logs/rank_*.log | grep -o "memory: stage [0-9]* measured_peak_bytes=[0-9]* predicted_peak_bytes=[0-9]*" |
+    awk -v n="$name" -v b="$budget" '
+      { split($4, m, "="); split($5, p, "="); e = (m[2] - p[2]) / p[2]; rows++
+        printf "%s: stage %s measured %.2f MiB, predicted %.2f MiB (%+.1f%%)%s\n", n, $3, m[2] / 1048576, p[2] / 1048576,
+               100 * e, (b > 0 ? sprintf(", budget %d MiB", b) : "")
+        if (e > 0.10 || e < -0.10) bad = 1; if (b > 0 && m[2] > b * 1048576) over = 1 }
+      END { if (rows != 2) { print "expected 2 stages, got " rows; exit 1 } if (bad) { print "off by more than 10%"; exit 1 }
+            if (over) { print "over the budget"; exit 1 } }' || fail "$name: memory"
+}
+same_losses() {
+  cmp <(losses "$TMP/keep/metrics.jsonl") <(losses "$TMP/$1/metrics.jsonl") || fail "$1: losses differ from keeping everything"
+  echo "$1: $(losses "$TMP/$1/metrics.jsonl" | wc -l) losses equal to keeping everything (exactly)"
+}
+
+plan keep
+train keep "$TMP/keep.pb"
+check_memory keep 0
+
+plan swap --budget-mb "$BUDGET"
+grep -q " swap" "$TMP/swap.plan.log" || { cat "$TMP/swap.plan.log"; fail "the $BUDGET MiB plan swaps nothing"; }
+train swap "$TMP/swap.pb"
+check_memory swap "$BUDGET"
+same_losses swap
+grep -q "memory plan: swapped [1-9]" "$TMP/swap/logs/rank_0.log" || fail "stage 0 swapped nothing"
+
+plan recompute --budget-mb "$RBUDGET" --set memory.swap=false
+grep -q " recompute" "$TMP/recompute.plan.log" || fail "the recompute-only plan recomputes nothing"
+! grep -qE "^  stage .* swap$" "$TMP/recompute.plan.log" || fail "memory.swap=false, yet the plan swaps"
+train recompute "$TMP/recompute.pb"
+check_memory recompute "$RBUDGET"
+same_losses recompute
+
+# Swap directories that cannot work, with the swapping plan.
+bad_dir() {  # bad_dir NAME DIR TEXT
+  expect_failure "$1" "$3" "$TMP/out_$1" -- timeout 120 "$SLUICE" train "$CFG" "${run[@]}" --set pipeline.plan="$TMP/swap.pb" \
+    --set memory.swap_dir="$2" --set job.output_dir="$TMP/out_$1"
+  grep -qF "$2" "$TMP/$1.log" || fail "$1: the message does not name $2"
+}
+bad_dir missing_dir /nonexistent/swap "does not exist"
+bad_dir not_a_dir /etc/hostname "is not a directory"
+bad_dir tmpfs_dir /dev/shm "is on tmpfs"
+
+# Read-only and full: small ext2 file systems mounted in a private mount
+# namespace (gone with it, also on failure).
+command -v unshare >/dev/null && command -v mkfs.ext2 >/dev/null || fail "unshare and mkfs.ext2 are needed (setup installs them)"
+dd if=/dev/zero of="$TMP/small.img" bs=1M count=4 status=none && mkfs.ext2 -q -F "$TMP/small.img" || fail "mkfs.ext2"
+mkdir -p "$TMP/mnt"
+expect_failure read_only "is not writable" "$TMP/out_ro" -- unshare -m sh -c \
+  "mount -o loop,ro '$TMP/small.img' '$TMP/mnt' && exec timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 \
+   --set pipeline.plan='$TMP/swap.pb' --set memory.swap_dir='$TMP/mnt' --set job.output_dir='$TMP/out_ro'"
+expect_failure disk_full "the disk is full" "$TMP/never" -- unshare -m sh -c \
+  "mount -o loop '$TMP/small.img' '$TMP/mnt' && timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 \
+   --set pipeline.plan='$TMP/swap.pb' --set memory.swap_dir='$TMP/mnt' --set job.output_dir='$TMP/out_full'; \
+   rc=\$?; ls -A '$TMP/mnt' | grep -v lost+found && echo 'swap files left behind'; exit \$rc"
+! grep -q "swap files left behind" "$TMP/disk_full.log" || fail "disk_full: swap files left in the directory"
+grep -q "$TMP/mnt" "$TMP/disk_full.log" || fail "disk_full: the message does not name the directory"
+echo "ok: swap directory errors"
