@@ -1,5 +1,7 @@
 #include "launcher/Trainer.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +56,13 @@ void Trainer::run() {
 
 void Trainer::setUp() {
   memory::installCountingAllocator();
+  // Note [malloc churn]: LibTorch's CPU allocator is plain malloc, and glibc
+  // maps every block above 128 KiB freshly (zero-filled page by page) and
+  // unmaps it on free. Activations, gradients and swap buffers are exactly
+  // such blocks, allocated and freed every micro-batch: keeping them in the
+  // heap instead made swapping steps about 20% faster on 2 cores (bench/memory).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   world_ = Communicator::world();
   rank_ = world_.rank();
   log::setRank(world_.size() > 1 ? rank_ : -1);

@@ -114,8 +114,8 @@ int runProfile(const Args& a, int argc, char** argv) {
   sluice::log::setRank(world.rank());
   try {
     at::set_num_threads(sluice::threadsForRank(config, sluice::hardwareCores(), world.size()));
-    std::string dir = std::filesystem::path(a.output).parent_path().string();
-    auto machine = sluice::partition::measureMachine(world, dir.empty() ? "." : dir);
+    // The swap tier is timed where training would swap (memory.swap_dir).
+    auto machine = sluice::partition::measureMachine(world, config.memory.swap ? sluice::swapDir(config) : "");
     // Both ranks profile at once, loading the machine as 2-rank training does.
     auto setup = sluice::makeModelSetup(config);
     auto graph = setup.capture(config.training.microBatchSize);

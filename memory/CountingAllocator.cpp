@@ -14,8 +14,18 @@
 namespace sluice::memory {
 namespace {
 
-// The header keeps the payload aligned as c10 aligns (64 bytes).
+// The header keeps the payload aligned as c10 aligns (64 bytes). Large
+// blocks are aligned to the page instead, so that the swap tier can write and
+// read them with O_DIRECT (no page-cache copy): their header sits just below
+// a page-aligned payload, in a page of its own.
 constexpr size_t kHeader = 64;
+constexpr size_t kPage = 4096;
+constexpr size_t kPageAlignFrom = 256 * 1024;
+
+struct Header {
+  int64_t bytes;
+  void* raw;  // what to free
+};
 
 std::atomic<int64_t> current{0}, peak{0}, allocations{0}, limit{0};
 std::atomic<bool> installed{false};
@@ -24,9 +34,9 @@ std::string limitWhat;
 
 void countFree(void* data) {
   if (!data) return;
-  char* raw = static_cast<char*>(data) - kHeader;
-  current.fetch_sub(*reinterpret_cast<int64_t*>(raw));
-  c10::free_cpu(raw);
+  auto* header = reinterpret_cast<Header*>(static_cast<char*>(data) - kHeader);
+  current.fetch_sub(header->bytes);
+  c10::free_cpu(header->raw);
 }
 
 void raisePeak(int64_t now) {
@@ -53,11 +63,21 @@ class CountingAllocator final : public c10::Allocator {
                   formatBytesExact(now - n), " allocated; the limit (memory.budget_mb with memory.hard_limit) is ",
                   formatBytesExact(cap));
     }
-    char* raw = static_cast<char*>(c10::alloc_cpu(nbytes + kHeader));
-    *reinterpret_cast<int64_t*>(raw) = n;
+    char* data = nullptr;
+    void* raw = nullptr;
+    if (nbytes >= kPageAlignFrom) {
+      raw = c10::alloc_cpu(nbytes + 2 * kPage);
+      const auto address = reinterpret_cast<uintptr_t>(raw) + kPage;
+      data = reinterpret_cast<char*>((address + kPage - 1) / kPage * kPage);
+    } else {
+      raw = c10::alloc_cpu(nbytes + kHeader);
+      data = static_cast<char*>(raw) + kHeader;
+    }
+    auto* header = reinterpret_cast<Header*>(data - kHeader);
+    header->bytes = n;
+    header->raw = raw;
     raisePeak(now);
     allocations.fetch_add(1);
-    void* data = raw + kHeader;
     return {data, data, &countFree, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &countFree; }

@@ -2,7 +2,9 @@
 //
 // installCountingAllocator() puts, once per process, an allocator in front
 // of LibTorch's default CPU allocator (c10::SetCPUAllocator). Each block
-// carries its size in a 64-byte header, so frees are counted without a table.
+// carries its size in a header just below it, so frees are counted without a
+// table; blocks of 256 KiB or more start on a page (4 KiB) boundary, so the
+// swap tier can move them with O_DIRECT.
 // allocatorStats() then gives the bytes allocated now and at peak since the
 // last resetPeak(): what CUDA calls memory_allocated / max_memory_allocated,
 // for the host. Blocks allocated before installation are not counted (and

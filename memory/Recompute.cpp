@@ -2,7 +2,9 @@
 // back, and recompute (re-running a segment of the stage's nodes).
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <unordered_set>
 
 #include "core/Error.h"
@@ -124,27 +126,64 @@ bool writesInput(const torch::jit::Node* node, size_t input) {
 
 }  // namespace
 
+// Note [recompute groups]: the segments of storages still waiting to be
+// rebuilt that share a node with this one (directly or through each other)
+// re-run together, each node once, as Megatron's full recompute re-runs a
+// whole block: the group's storages are all rebuilt now and held until their
+// backward uses them (the cost model's spans account for that).
 void recompute(Record& target) {
   auto& c = *target.context;
-  auto segment = std::move(target.segment);
-  SLUICE_CHECK(segment, MemoryError,
+  SLUICE_CHECK(target.segment, MemoryError,
                c.stageName << ": storage of node " << target.key.node << " was freed for recompute but its segment is "
                            << "gone (internal error)");
   const auto t0 = Clock::now();
-  const auto& positions = c.segmentPositions[segment->decision];
-  std::unordered_set<int> inSegment(positions.begin(), positions.end());
-  std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
+  std::vector<std::shared_ptr<SegmentState>> states{target.segment};
+  const auto& own = c.segmentPositions[target.segment->decision];
+  std::set<int> group(own.begin(), own.end());
+  std::vector<Record*> members{&target};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto& [key, weak] : *target.registry) {
+      auto r = weak.lock();
+      if (!r || r->action != TensorAction::Recompute || !r->segment || r->rebuilt.unsafeGetStorageImpl() ||
+          std::find(members.begin(), members.end(), r.get()) != members.end()) {
+        continue;
+      }
+      const auto& seg = c.segmentPositions[r->segment->decision];
+      if (std::none_of(seg.begin(), seg.end(), [&](int pos) { return group.count(pos) > 0; })) continue;
+      members.push_back(r.get());
+      states.push_back(r->segment);
+      group.insert(seg.begin(), seg.end());
+      grew = true;
+    }
+  }
+  const std::vector<int> positions(group.begin(), group.end());
+  const std::unordered_set<int> inGroup(positions.begin(), positions.end());
+  auto capturedInput = [&](int pos, size_t i) -> const Captured* {
+    for (auto& st : states) {
+      auto it = st->captures.find(pos);
+      if (it != st->captures.end() && i < it->second.size() && it->second[i].present) return &it->second[i];
+    }
+    return nullptr;
+  };
+  auto rngState = [&](int pos) -> const at::Tensor* {
+    for (auto& st : states) {
+      auto it = st->rngStates.find(pos);
+      if (it != st->rngStates.end()) return &it->second;
+    }
+    return nullptr;
+  };
   auto gen = at::detail::getDefaultCPUGenerator();
   at::Tensor generatorBefore;
-  if (!segment->rngStates.empty()) {
+  if (std::any_of(positions.begin(), positions.end(), [&](int pos) { return rngState(pos) != nullptr; })) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     generatorBefore = gen.get_state();
   }
   // Note [lean replay]: only nodes that made a storage waiting to be rebuilt
   // run under grad mode (so autograd saves exactly what forward saved, and
-  // the slots match); their inputs from earlier segment nodes become leaves
+  // the slots match); their inputs from earlier group nodes become leaves
   // with the requires_grad the trace recorded. Every other node runs without
-  // autograd, and a value is dropped after its last reader in the segment, so
+  // autograd, and a value is dropped after its last reader in the group, so
   // the replay holds little beyond what it rebuilds.
   std::unordered_set<int> targets;
   for (auto& [key, weak] : *target.registry) {
@@ -155,19 +194,19 @@ void recompute(Record& target) {
   for (size_t x = 0; x < positions.size(); ++x) {
     for (auto* in : c.program->node(positions[x])->inputs()) {
       const int producer = c.program->producerOf(in);
-      if (producer >= 0 && inSegment.count(producer)) lastRead[producer] = x;
+      if (producer >= 0 && inGroup.count(producer)) lastRead[producer] = x;
     }
   }
+  std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
   for (size_t x = 0; x < positions.size(); ++x) {
     const int pos = positions[x];
     auto* node = c.program->node(pos);
     const bool isTarget = targets.count(c.nodeIndex[pos]) > 0;
     std::vector<c10::IValue> stack;
-    const auto captured = segment->captures.find(pos);
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       const auto* v = node->inputs()[i];
       const int producer = c.program->producerOf(v);
-      if (producer >= 0 && inSegment.count(producer)) {
+      if (producer >= 0 && inGroup.count(producer)) {
         size_t out = 0;
         while (c.program->node(producer)->output(out) != v) ++out;
         c10::IValue value = env.at(producer).at(out);
@@ -180,20 +219,20 @@ void recompute(Record& target) {
         stack.push_back(std::move(value));
         continue;
       }
-      SLUICE_CHECK(captured != segment->captures.end() && i < captured->second.size(), MemoryError,
+      const Captured* cap = capturedInput(pos, i);
+      SLUICE_CHECK(cap, MemoryError,
                    c.stageName << ": recompute of " << c.nodeName(pos) << " lacks captured input " << i
                                << " (internal error)");
-      stack.push_back(replayInput(captured->second[i], writesInput(node, i)));
+      stack.push_back(replayInput(*cap, writesInput(node, i)));
     }
     // Storages the node did not create: its inputs'.
     std::vector<at::Tensor> known;
     for (auto& v : stack) tensorsIn(v, known);
     std::unordered_set<const c10::StorageImpl*> knownStorages;
     for (auto& t : known) knownStorages.insert(storageOf(t));
-    auto rng = segment->rngStates.find(pos);
-    if (rng != segment->rngStates.end()) {
+    if (const at::Tensor* rng = rngState(pos)) {
       std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng->second);
+      gen.set_state(*rng);
     }
     std::vector<at::Tensor> packed;
     if (isTarget) {
@@ -223,13 +262,12 @@ void recompute(Record& target) {
                        c.stageName << ": recomputing " << c.nodeName(pos) << " gave " << t.storage().nbytes()
                                    << " bytes for slot " << r->key.slot << ", forward had " << r->bytes);
           r->rebuilt = t.storage();
-          if (r.get() != &target) r->segment.reset();  // rebuilt: its own captures are no longer needed
           c.stats.recomputedBytes += r->bytes;
         }
       }
     }
     env[pos] = std::move(stack);
-    // Values no later segment node reads go now.
+    // Values no later group node reads go now.
     for (auto it = env.begin(); it != env.end();) {
       auto last = lastRead.find(it->first);
       if (last == lastRead.end() || last->second <= x) {
@@ -243,6 +281,9 @@ void recompute(Record& target) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(generatorBefore);
   }
+  // Rebuilt: the captured inputs (and the records they pin) can go.
+  for (auto& st : states) st->captures.clear(), st->rngStates.clear();
+  for (auto* r : members) r->segment.reset();
   ++c.stats.recomputes;
   c.stats.recomputeSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }

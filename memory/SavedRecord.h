@@ -61,6 +61,7 @@ struct Record;
 // A captured input of a recompute segment: a value, or a reference to the
 // record of the storage it lives on (a pin) with the view to rebuild.
 struct Captured {
+  bool present = false;  // this input was captured (else another segment node makes it)
   c10::IValue value;
   bool requiresGrad = false;
   std::shared_ptr<Record> pin;

@@ -250,6 +250,7 @@ void StageMemory::afterNode(int pos, const std::vector<c10::IValue>& inputs, con
     captured.resize(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (!c.captureInput[pos][i]) continue;
+      captured[i].present = true;
       captured[i].value = inputs[i];
       if (inputs[i].isTensor()) captured[i].requiresGrad = inputs[i].toTensor().requires_grad();
     }

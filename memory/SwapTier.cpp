@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -50,21 +51,72 @@ std::string defaultSwapDir() {
   return base;
 }
 
+constexpr int64_t kBounce = 1 << 20;
+
 FileSwapTier::FileSwapTier(const std::string& dir) : dir_(dir) {
   checkSwapDir(dir);
   std::string path = dir + "/sluice-swap-XXXXXX";
   std::vector<char> name(path.begin(), path.end());
   name.push_back('\0');
-  fd_ = ::mkstemp(name.data());
+  fd_ = ::mkostemp(name.data(), O_DIRECT);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0) fd_ = ::mkstemp(name.data());  // this file system refuses O_DIRECT
   SLUICE_CHECK(fd_ >= 0, MemoryError, "cannot create a swap file in " << dir << ": " << errnoText());
   ::unlink(name.data());  // gone from the directory now; the space is freed when fd_ closes
+  SLUICE_CHECK(::posix_memalign(reinterpret_cast<void**>(&bounce_), kAlign, kBounce) == 0, MemoryError,
+               "swap: cannot allocate a " << kBounce << "-byte bounce buffer");
 }
 
 FileSwapTier::~FileSwapTier() {
   if (fd_ >= 0) ::close(fd_);
+  std::free(bounce_);
 }
 
-std::string FileSwapTier::describe() const { return "file in " + dir_ + " (fdatasync + drop from page cache)"; }
+std::string FileSwapTier::describe() const {
+  return "file in " + dir_ + (direct_ ? " (O_DIRECT)" : " (fdatasync + drop from page cache)");
+}
+
+// Moves `bytes` between memory and the file at `at` (4 KiB-aligned). With
+// O_DIRECT the memory address and the length must be page-aligned too:
+// aligned whole pages go directly, the rest through the bounce buffer (a
+// partial last page is padded on write, and read whole into the buffer).
+void FileSwapTier::transfer(bool write, char* data, int64_t bytes, int64_t at) {
+  auto move = [&](char* p, int64_t n, int64_t where) {
+    int64_t done = 0;
+    while (done < n) {
+      const ssize_t r = write ? ::pwrite(fd_, p + done, static_cast<size_t>(n - done), where + done)
+                              : ::pread(fd_, p + done, static_cast<size_t>(n - done), where + done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const int err = r < 0 ? errno : (write ? ENOSPC : EIO);
+        throw MemoryError("swap directory " + dir_ + ": " + (write ? "writing " : "reading back ") +
+                          formatBytesExact(bytes) + " failed (" + std::strerror(err) +
+                          (err == ENOSPC ? "; the disk is full" : "") + ")" +
+                          (write ? ": free space there, set memory.swap_dir to a larger disk, or raise memory.budget_mb"
+                                 : ""));
+      }
+      done += r;
+    }
+  };
+  if (!direct_) {
+    move(data, bytes, at);
+    return;
+  }
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % kAlign == 0;
+  const int64_t whole = aligned ? bytes / kAlign * kAlign : 0;
+  if (whole > 0) move(data, whole, at);
+  for (int64_t off = whole; off < bytes; off += kBounce) {
+    const int64_t n = std::min(kBounce, bytes - off), padded = alignUp(n);
+    if (write) {
+      std::memcpy(bounce_, data + off, n);
+      std::memset(bounce_ + n, 0, padded - n);
+      move(bounce_, padded, at + off);
+    } else {
+      move(bounce_, padded, at + off);
+      std::memcpy(data + off, bounce_, n);
+    }
+  }
+}
 
 int64_t FileSwapTier::allocate(int64_t bytes) {
   const int64_t need = alignUp(bytes);
@@ -83,24 +135,17 @@ int64_t FileSwapTier::allocate(int64_t bytes) {
 
 int64_t FileSwapTier::write(const void* data, int64_t bytes) {
   const int64_t at = allocate(bytes);
-  const char* p = static_cast<const char*>(data);
-  int64_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pwrite(fd_, p + done, static_cast<size_t>(bytes - done), at + done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      release(at, bytes);
-      throw MemoryError("swap directory " + dir_ + ": writing " + formatBytesExact(bytes) + " failed (" +
-                        std::strerror(err) + (err == ENOSPC ? "; the disk is full" : "") +
-                        "): free space there, set memory.swap_dir to a larger disk, or raise memory.budget_mb");
-    }
-    done += n;
+  try {
+    transfer(true, const_cast<char*>(static_cast<const char*>(data)), bytes, at);
+  } catch (...) {
+    release(at, bytes);
+    throw;
   }
   return at;
 }
 
 void FileSwapTier::sync() {
+  if (direct_) return;  // nothing in the page cache
   SLUICE_CHECK(::fdatasync(fd_) == 0, MemoryError,
                "swap directory " << dir_ << ": fdatasync failed (" << errnoText()
                                  << "): free space there or set memory.swap_dir to another disk");
@@ -108,17 +153,8 @@ void FileSwapTier::sync() {
 }
 
 void FileSwapTier::read(int64_t location, void* data, int64_t bytes) {
-  char* p = static_cast<char*>(data);
-  int64_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pread(fd_, p + done, static_cast<size_t>(bytes - done), location + done);
-    if (n < 0 && errno == EINTR) continue;
-    SLUICE_CHECK(n > 0, MemoryError,
-                 "swap directory " << dir_ << ": reading " << formatBytesExact(bytes) << " back failed ("
-                                   << (n < 0 ? errnoText() : "end of file") << ")");
-    done += n;
-  }
-  ::posix_fadvise(fd_, location, alignUp(bytes), POSIX_FADV_DONTNEED);
+  transfer(false, static_cast<char*>(data), bytes, location);
+  if (!direct_) ::posix_fadvise(fd_, location, alignUp(bytes), POSIX_FADV_DONTNEED);
 }
 
 void FileSwapTier::release(int64_t location, int64_t bytes) {

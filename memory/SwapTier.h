@@ -8,12 +8,15 @@
 // FileSwapTier (CPU builds): one file in a directory on disk, unlinked as
 // soon as it is created (nothing is left behind, even after a crash). The
 // directory must exist, be writable and not be tmpfs (memory-backed: swapping
-// there frees nothing). Writes go to the page cache, then sync() makes them
-// durable (fdatasync) and drops them from the cache (posix_fadvise
-// DONTNEED), so swapped bytes really leave memory; reads drop their pages
-// after copying. Blocks are placed at 4 KiB-aligned offsets; freed extents
-// are reused first-fit. A CUDA build adds a pinned-host tier behind the same
-// interface.
+// there frees nothing). Swapped bytes must really leave memory, so the file
+// is opened with O_DIRECT: blocks go between the tensor's memory and the disk
+// without the page cache (and without a copy; the counting allocator aligns
+// large blocks to pages; small or unaligned ones go through a bounce buffer).
+// Where O_DIRECT is refused, writes go to the page cache and sync() makes
+// them durable (fdatasync) and drops them (posix_fadvise DONTNEED); reads
+// drop their pages after copying. Blocks are placed at 4 KiB-aligned offsets;
+// freed extents are reused first-fit. A CUDA build adds a
+// pinned-host tier behind the same interface.
 #pragma once
 
 #include <cstdint>
@@ -49,8 +52,11 @@ class FileSwapTier : public SwapTier {
 
  private:
   int64_t allocate(int64_t bytes);
+  void transfer(bool write, char* data, int64_t bytes, int64_t at);
   std::string dir_;
   int fd_ = -1;
+  bool direct_ = false;
+  char* bounce_ = nullptr;  // one aligned page-multiple buffer for unaligned pieces
   int64_t end_ = 0;                   // file size in use
   std::map<int64_t, int64_t> free_;   // offset -> length of free extents
 };

@@ -1,7 +1,9 @@
 #include "partition/CostModel.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <unordered_map>
 #include <limits>
 
 #include "core/Error.h"
@@ -82,15 +84,34 @@ bool freeable(const Problem& p, int x, int first) {
   return p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity();
 }
 
-std::vector<int> spanEnds(const Problem& p, const std::vector<char>& recomputed) {
+std::vector<int> spanEnds(const Problem& p, const std::vector<char>& recomputed, int first) {
   const int s = static_cast<int>(p.storages.size());
-  std::vector<int> order(s), end(s);
-  for (int x = 0; x < s; ++x) order[x] = x, end[x] = p.storages[x].lastReader;
+  std::vector<int> order(s), end(s), group(s);
+  for (int x = 0; x < s; ++x) order[x] = x, end[x] = p.storages[x].lastReader, group[x] = x;
+  // Recomputed storages whose segments share a node (inside the stage) re-run
+  // together (Note [recompute groups], memory/Recompute.cpp): union-find.
+  std::function<int(int)> root = [&](int x) { return group[x] == x ? x : group[x] = root(group[x]); };
+  std::unordered_map<int, int> seen;  // node -> a recomputed storage whose segment has it
+  for (int x = 0; x < s; ++x) {
+    if (!recomputed[x]) continue;
+    for (int node : p.storages[x].segment) {
+      if (node < first) continue;
+      auto [it, fresh] = seen.emplace(node, x);
+      if (!fresh) group[root(x)] = root(it->second);
+    }
+  }
   // Inputs are mostly made before the storage that reads them: later
   // producers first, then again until nothing moves (a fixpoint).
   std::sort(order.begin(), order.end(), [&](int a, int b) { return p.storages[a].producer > p.storages[b].producer; });
   for (bool changed = true; changed;) {
     changed = false;
+    std::unordered_map<int, int> groupEnd;
+    for (int y = 0; y < s; ++y) {
+      if (recomputed[y]) groupEnd[root(y)] = std::max(groupEnd[root(y)], end[y]);
+    }
+    for (int y = 0; y < s; ++y) {
+      if (recomputed[y] && groupEnd[root(y)] > end[y]) end[y] = groupEnd[root(y)], changed = true;
+    }
     for (int y : order) {
       if (!recomputed[y]) continue;
       for (int x : p.storages[y].inputs) {
@@ -101,12 +122,12 @@ std::vector<int> spanEnds(const Problem& p, const std::vector<char>& recomputed)
   return end;
 }
 
-std::vector<int> spanEndsBound(const Problem& p) { return spanEnds(p, std::vector<char>(p.storages.size(), 1)); }
+std::vector<int> spanEndsBound(const Problem& p) { return spanEnds(p, std::vector<char>(p.storages.size(), 1), 0); }
 
 int64_t transientBytes(const Problem& p, int first, int end, const std::vector<char>& freed) {
   std::vector<char> recomputed(p.storages.size(), 0);
   for (size_t x = 0; x < freed.size(); ++x) recomputed[x] = freed[x] == 2;
-  const auto spans = spanEnds(p, recomputed);
+  const auto spans = spanEnds(p, recomputed, first);
   std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0);
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end)) continue;

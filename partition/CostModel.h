@@ -17,7 +17,10 @@
 //              its backward, on the I/O thread; costs bytes x (1/write_bw +
 //              1/read_bw) of I/O time;
 //   Recompute  dropped and rebuilt in backward by re-running G_s from `first`
-//              on: costs sum of f_n over n in G_s, n >= first.
+//              on: costs sum of f_n over n in G_s, n >= first. (Storages
+//              whose segments overlap are rebuilt together, shared nodes run
+//              once: the charge per storage is an upper bound, which keeps
+//              the choice a knapsack.)
 // Time t_k = sum f + sum b + comm + loss + recompute
 //            + max(0, swapIO - (sum f + sum b)):
 //   the I/O thread works while the stage computes; only I/O beyond the
@@ -36,9 +39,10 @@
 //             forward or in backward, while its micro-batch holds only what is
 //             saved up to j, plus any freed storage whose span covers j: from
 //             its first saver to its last reader (forward still reads it) or,
-//             when a recomputed storage's segment needs it, to that storage's
-//             span end (backward rebuilds or reads it back that early and
-//             holds it until its own first saver's backward); + receive
+//             when a recomputed storage's segment needs it or shares a node
+//             with its segment, to that storage's span end (backward rebuilds
+//             them together, or reads it back, that early and holds it until
+//             its own first saver's backward); + receive
 //             buffers for one more micro-batch (X_first + X_end; stage 0: the
 //             step's data);
 //   W = the swap window (bytes in flight to or from the tier).
@@ -119,9 +123,10 @@ double recomputeSeconds(const Problem& problem, int storage, int first);
 // (at least one memory unit, and swap or recompute allowed).
 int64_t transientBytes(const Problem& problem, int first, int end, const std::vector<char>& freed);
 int64_t transientBound(const Problem& problem, int first, int end, bool recomputes);
-// Span ends (see above) with these storages recomputed (recomputed[x] != 0);
-// spanEndsBound(): with every storage recomputed, for any stage.
-std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed);
+// Span ends (see above) with these storages recomputed (recomputed[x] != 0)
+// in a stage starting at `first`; spanEndsBound(): with every storage
+// recomputed, for any stage.
+std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed, int first);
 std::vector<int> spanEndsBound(const Problem& problem);
 bool freeable(const Problem& problem, int storage, int first);
 

@@ -483,18 +483,25 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   return plan;
 }
 
-// full_recompute on given cuts: its fixed choices, checked against the budget.
-Partition fullRecomputePartition(const OpGraph& graph, const Profile& profile, const Problem& p,
-                                 const std::vector<int>& cuts) {
+// A baseline policy on given cuts: its fixed choices (everything kept, or
+// full_recompute's), checked against the budget. With the choices fixed there
+// is no knapsack to keep exact, so the check uses the predicted peak itself
+// (CostModel.h), not the bound the partitioner's choices must fit.
+Partition fixedPartition(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
+                         const std::vector<int>& cuts) {
   Partition out;
   out.cuts = cuts;
   for (int k = 0; k < p.stages; ++k) {
     const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? p.numNodes() : cuts[k];
-    auto s = evaluateStage(p, k, first, end, fullRecomputeChoices(graph, profile, p, first, end));
+    const auto freed = st.policy == "full_recompute" ? fullRecomputeChoices(graph, profile, p, first, end)
+                                                     : std::vector<std::pair<int, Action>>{};
+    auto s = evaluateStage(p, k, first, end, freed);
+    s.fits = p.budgetBytes <= 0 || s.peakBytes <= p.budgetBytes;
     SLUICE_CHECK(s.fits, PlanError,
-                 "partition: with memory.policy full_recompute, stage " << k << " (nodes [" << first << ", " << end
-                     << ")) needs " << formatBytesExact(s.peakBytes) << "; the budget is "
-                     << formatBytesExact(p.budgetBytes) << ". Raise memory.budget_mb or use more stages");
+                 "partition: with memory.policy " << st.policy << ", stage " << k << " (nodes [" << first << ", "
+                     << end << ")) needs " << formatBytesExact(s.peakBytes) << "; the budget is "
+                     << formatBytesExact(p.budgetBytes) << ". Raise memory.budget_mb, use more stages, or let the "
+                     << "partitioner free memory (memory.policy plan)");
     out.stages.push_back(std::move(s));
   }
   out.stepTime = stepTime(out.stages, p.microBatches);
@@ -503,7 +510,8 @@ Partition fullRecomputePartition(const OpGraph& graph, const Profile& profile, c
 
 Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
                        const std::vector<int>* cuts) {
-  if (st.policy == "full_recompute") {
+  if (st.policy != "plan") {
+    // The split that is fastest without a budget; the fixed choices must then fit.
     std::vector<int> chosen;
     if (cuts) {
       chosen = *cuts;
@@ -512,7 +520,7 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
       unlimited.budgetBytes = 0;
       chosen = partitionOptimal(unlimited).cuts;
     }
-    return fullRecomputePartition(graph, profile, p, chosen);
+    return fixedPartition(graph, profile, st, p, chosen);
   }
   return cuts ? partitionWithCuts(p, *cuts) : partitionOptimal(p);
 }

@@ -215,10 +215,11 @@ MachineProfile measureMachine(const Communicator& comm, const std::string& dir) 
     m.p2pLatency = small;
     m.p2pBandwidth = big / std::max(1e-9, large - small);
   }
-  if (comm.rank() == 0 && !dir.empty()) {
-    // The swap tier training uses: written, synced and dropped from the page
-    // cache, then read back from disk.
+  if (!dir.empty()) {
+    // The swap tier training uses, on every rank at once (they share the
+    // disk as in training): written, then read back from disk.
     memory::FileSwapTier tier(dir);
+    comm.barrier();
     const int64_t block = 4 << 20, blocks = 16;
     auto data = torch::ones({block}, torch::kUInt8);
     std::vector<int64_t> where;
@@ -228,8 +229,12 @@ MachineProfile measureMachine(const Communicator& comm, const std::string& dir) 
     auto t1 = std::chrono::steady_clock::now();
     for (int b = 0; b < blocks; ++b) tier.read(where[b], data.data_ptr(), block);
     auto t2 = std::chrono::steady_clock::now();
-    m.swapWriteBandwidth = block * blocks / std::chrono::duration<double>(t1 - t0).count();
-    m.swapReadBandwidth = block * blocks / std::chrono::duration<double>(t2 - t1).count();
+    auto bw = torch::tensor({block * blocks / std::chrono::duration<double>(t1 - t0).count(),
+                             block * blocks / std::chrono::duration<double>(t2 - t1).count()},
+                            torch::kFloat64);
+    comm.allReduce(bw, ReduceOp::Average);
+    m.swapWriteBandwidth = bw[0].item<double>();
+    m.swapReadBandwidth = bw[1].item<double>();
   }
   return m;
 }

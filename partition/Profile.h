@@ -13,7 +13,8 @@
 // count as saved (they are in param_bytes).
 // measureMachine() times p2p between ranks 0 and 1 (if the communicator has
 // two or more ranks; collective over it) and the swap tier (the file tier
-// training uses, in `dir`: written, synced, read back from disk).
+// training uses, in `dir`, on every rank at once since they share the disk;
+// skipped when dir is empty).
 #pragma once
 
 #include <functional>
