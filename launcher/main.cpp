@@ -23,6 +23,12 @@
 
 namespace {
 
+// LibTorch's errors carry a C++ backtrace in what(); users get the message.
+std::string messageOf(const std::exception& e) {
+  if (auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
 constexpr const char* kUsage =
     "usage: sluice <command> [arguments]\n"
     "\n"
@@ -128,7 +134,7 @@ int runProfile(const Args& a, int argc, char** argv) {
     }
     world.barrier();
   } catch (const std::exception& e) {
-    sluice::log::error(std::string("profile failed: ") + e.what());
+    sluice::log::error("profile failed: " + messageOf(e));
     sluice::Communicator::abortAll(1);
   }
   sluice::Communicator::finalize();
@@ -184,7 +190,7 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
     sluice::runWorker(config);
   } catch (const std::exception& e) {
     // One rank failing stops them all, with this rank's reason on record.
-    sluice::log::error(std::string("this rank failed: ") + e.what());
+    sluice::log::error("this rank failed: " + messageOf(e));
     if (world > 1) sluice::Communicator::abortAll(dynamic_cast<const sluice::ConfigError*>(&e) ? 2 : 1);
     sluice::Communicator::finalize();
     return dynamic_cast<const sluice::ConfigError*>(&e) ? 2 : 1;
@@ -216,7 +222,7 @@ int main(int argc, char** argv) {
     std::cerr << e.what() << std::endl;
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "sluice: error: " << e.what() << std::endl;
+    std::cerr << "sluice: error: " << messageOf(e) << std::endl;
     return 1;
   }
 }

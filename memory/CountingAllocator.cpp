@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/Bytes.h"
+#include "core/Error.h"
 
 namespace sluice::memory {
 namespace {
@@ -59,9 +60,9 @@ class CountingAllocator final : public c10::Allocator {
         std::lock_guard<std::mutex> lock(limitMutex);
         what = limitWhat;
       }
-      TORCH_CHECK(false, "out of memory: ", what, " tried to allocate ", formatBytesExact(n), " with ",
-                  formatBytesExact(now - n), " allocated; the limit (memory.budget_mb with memory.hard_limit) is ",
-                  formatBytesExact(cap));
+      throw MemoryError("out of memory: " + what + " tried to allocate " + formatBytesExact(n) + " with " +
+                        formatBytesExact(now - n) + " allocated; the limit (memory.budget_mb with memory.hard_limit) is " +
+                        formatBytesExact(cap));
     }
     char* data = nullptr;
     void* raw = nullptr;

@@ -12,7 +12,7 @@
 //
 // setAllocationLimit(bytes) turns the count into a hard limit, as a GPU's
 // memory is: an allocation that would take the current total above it throws
-// c10::Error with an out-of-memory message naming `what` (e.g. "stage 1").
+// MemoryError with an out-of-memory message naming `what` (e.g. "stage 1").
 // 0 removes the limit.
 //
 //   sluice::memory::installCountingAllocator();

@@ -26,7 +26,8 @@ void Problem::validate() const {
                "partition: " << n << " nodes need " << n + 1 << " cut entries, got " << cutBytes.size() << " and "
                              << validCut.size());
   SLUICE_CHECK(stages >= 1 && microBatches >= 1, PlanError, "partition: stages and micro-batches must be >= 1");
-  SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && p2pBandwidth >= 0 &&
+  SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && swapCpuSecondsPerByte >= 0 &&
+                   p2pBandwidth >= 0 &&
                    swapWindowBytes >= 0 && swapWindowShare >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
                PlanError, "partition: negative budget, bandwidth, window or memory factor");
   for (size_t j = 0; j < n; ++j) {
@@ -124,23 +125,34 @@ std::vector<int> spanEnds(const Problem& p, const std::vector<char>& recomputed,
 
 std::vector<int> spanEndsBound(const Problem& p) { return spanEnds(p, std::vector<char>(p.storages.size(), 1), 0); }
 
+int64_t segmentWorkspace(const Problem& p, int x, int first, int end) {
+  int64_t ws = 0;
+  for (int n : p.storages[x].segment) {
+    if (n >= first && n < end) ws = std::max(ws, p.nodes[n].workspace);
+  }
+  return ws;
+}
+
 int64_t transientBytes(const Problem& p, int first, int end, const std::vector<char>& freed) {
   std::vector<char> recomputed(p.storages.size(), 0);
   for (size_t x = 0; x < freed.size(); ++x) recomputed[x] = freed[x] == 2;
   const auto spans = spanEnds(p, recomputed, first);
-  std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0);
+  std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0), replay(end - first, 0);
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end)) continue;
     const auto& st = p.storages[x];
     if (!freed[x]) {
       keptFirstSaved[st.firstSaver - first] += st.bytes;
-    } else {
-      for (int j = st.firstSaver; j <= std::min(spans[x], end - 1); ++j) active[j - first] += st.bytes;
+      continue;
     }
+    const int trigger = std::min(spans[x], end - 1);
+    for (int j = st.firstSaver; j <= trigger; ++j) active[j - first] += st.bytes;
+    // A recompute re-runs its group at the trigger: each re-run node's workspace comes on top.
+    if (recomputed[x]) replay[trigger - first] = std::max(replay[trigger - first], segmentWorkspace(p, x, first, end));
   }
   int64_t nodes = 0, after = 0;
   for (int j = end - 1; j >= first; --j) {
-    nodes = std::max(nodes, p.nodes[j].workspace - after + active[j - first]);
+    nodes = std::max(nodes, std::max(p.nodes[j].workspace, replay[j - first]) - after + active[j - first]);
     after += keptFirstSaved[j - first];
   }
   return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
@@ -154,13 +166,19 @@ int64_t transientBound(const Problem& p, int first, int end, bool recomputes) {
     for (auto& st : p.storages) spans.push_back(st.lastReader);
   }
   std::vector<int64_t> active(end - first, 0);
+  int64_t replay = 0;  // the largest workspace of a node a recompute may re-run
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end) || !freeable(p, x, first)) continue;
     const auto& st = p.storages[x];
     for (int j = st.firstSaver; j <= std::min(spans[x], end - 1); ++j) active[j - first] += st.bytes;
+    if (recomputes && recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity()) {
+      replay = std::max(replay, segmentWorkspace(p, x, first, end));
+    }
   }
   int64_t nodes = 0;
-  for (int j = first; j < end; ++j) nodes = std::max(nodes, p.nodes[j].workspace + active[j - first]);
+  for (int j = first; j < end; ++j) {
+    nodes = std::max(nodes, std::max(p.nodes[j].workspace, replay) + active[j - first]);
+  }
   return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
 }
 
@@ -191,6 +209,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     if (action == Action::Swap) {
       SLUICE_CHECK(p.swapSecondsPerByte > 0, PlanError, "partition: swap needs a swap tier");
       s.swapIO += p.swapSecondsPerByte * static_cast<double>(st.bytes);
+      s.swapCpu += p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
       s.swappedBytes += st.bytes;
     } else if (action == Action::Recompute) {
       const double t = recomputeSeconds(p, x, first);
@@ -222,7 +241,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
                  s.windowBytes;
   s.comm = commSeconds(p, first) + commSeconds(p, end);
   if (last) s.loss = p.lossSeconds;
-  s.time = s.forward + s.backward + s.swapStall + s.recompute + s.comm + s.loss;
+  s.time = s.forward + s.backward + s.swapCpu + s.swapStall + s.recompute + s.comm + s.loss;
   if (p.budgetBytes <= 0) {
     s.fits = true;
   } else {

@@ -15,13 +15,14 @@
 //   Keep       held from forward until backward;
 //   Swap       written to the swap tier at its first save and read back before
 //              its backward, on the I/O thread; costs bytes x (1/write_bw +
-//              1/read_bw) of I/O time;
+//              1/read_bw) of I/O time, and bytes x the compute time swapping
+//              takes from the cores (measured: the kernel's share of I/O);
 //   Recompute  dropped and rebuilt in backward by re-running G_s from `first`
 //              on: costs sum of f_n over n in G_s, n >= first. (Storages
 //              whose segments overlap are rebuilt together, shared nodes run
 //              once: the charge per storage is an upper bound, which keeps
 //              the choice a knapsack.)
-// Time t_k = sum f + sum b + comm + loss + recompute
+// Time t_k = sum f + sum b + comm + loss + recompute + swapCpu
 //            + max(0, swapIO - (sum f + sum b)):
 //   the I/O thread works while the stage computes; only I/O beyond the
 //   stage's compute stalls it. comm = 2 (latency + X_c / bw) at each cut
@@ -42,7 +43,8 @@
 //             when a recomputed storage's segment needs it or shares a node
 //             with its segment, to that storage's span end (backward rebuilds
 //             them together, or reads it back, that early and holds it until
-//             its own first saver's backward); + receive
+//             its own first saver's backward), with the re-run nodes'
+//             workspace where a recompute group is rebuilt; + receive
 //             buffers for one more micro-batch (X_first + X_end; stage 0: the
 //             step's data);
 //   W = the swap window (bytes in flight to or from the tier).
@@ -51,7 +53,8 @@
 // taken as max over j of (k_j + every freeable storage whose span covers j),
 // which holds whatever is freed, so the choice of freed storages stays a
 // knapsack. Spans are computed as if every recomputable storage were
-// recomputed when the stage recomputes anything; from first saver to last
+// recomputed when the stage recomputes anything (and every node then counts
+// the largest workspace a recompute may re-run); from first saver to last
 // reader when it only swaps (nothing is read back early then). Freed bytes count in whole units u = max(1, budget / 1024), each
 // storage's rounded down; a stage fits when the units it frees cover
 // ceil(ceil(E / inFlight) / u), E = the bound with everything kept - budget.
@@ -97,6 +100,7 @@ struct Problem {
   double p2pBandwidth = 0;        // bytes/s; 0: communication is free
   double p2pLatency = 0;          // seconds
   double swapSecondsPerByte = 0;  // 1/write_bw + 1/read_bw; 0: no swap tier (Swap not allowed)
+  double swapCpuSecondsPerByte = 0;  // compute time lost per byte swapped
   int64_t swapWindowBytes = 0;    // the swap window W: this many bytes ...
   double swapWindowShare = 0;     // ... + this share of the budget
   int64_t window() const { return swapWindowBytes + static_cast<int64_t>(swapWindowShare * budgetBytes); }
@@ -129,12 +133,14 @@ int64_t transientBound(const Problem& problem, int first, int end, bool recomput
 std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed, int first);
 std::vector<int> spanEndsBound(const Problem& problem);
 bool freeable(const Problem& problem, int storage, int first);
+// The largest workspace of the nodes recomputing `storage` re-runs in [first, end).
+int64_t segmentWorkspace(const Problem& problem, int storage, int first, int end);
 
 struct StageCost {
   bool fits = false;
   int stage = 0, first = 0, end = 0, inFlight = 0;
-  double forward = 0, backward = 0, comm = 0, swapIO = 0, swapStall = 0, recompute = 0, loss = 0;
-  double time = 0;  // forward + backward + comm + swapStall + recompute + loss
+  double forward = 0, backward = 0, comm = 0, swapIO = 0, swapStall = 0, swapCpu = 0, recompute = 0, loss = 0;
+  double time = 0;  // forward + backward + comm + swapCpu + swapStall + recompute + loss
   int64_t paramBytes = 0, staticBytes = 0, boundaryBytes = 0, savedBytes = 0, keptBytes = 0, swappedBytes = 0,
           recomputedBytes = 0, transientBytes = 0, windowBytes = 0;
   int64_t heldBytes = 0;  // per micro-batch in flight: boundary + kept + loss saved

@@ -65,7 +65,7 @@ void FrontKnapsack::prune(std::vector<Point>& points) const {
 
 void FrontKnapsack::add(const KnapsackItem& it) {
   items_.push_back(it);
-  const bool canRecompute = it.recompute < kInf, canSwap = it.swap < kInf;
+  const bool canRecompute = it.recompute < kInf && !swapOnly_, canSwap = it.swap < kInf;
   if (!canRecompute && !canSwap) {
     if (record_) layers_.push_back(front_);
     return;
@@ -86,7 +86,8 @@ void FrontKnapsack::add(const KnapsackItem& it) {
       size_t b = 0, c = 0;
       while (b < from.size() || c < from.size()) {
         Point q{from[b < from.size() ? b : 0].r + it.recompute, from[b < from.size() ? b : 0].s, 1, static_cast<int>(b)};
-        Point w{from[c < from.size() ? c : 0].r, from[c < from.size() ? c : 0].s + it.swap, 2, static_cast<int>(c)};
+        Point w{from[c < from.size() ? c : 0].r + it.swapCpu, from[c < from.size() ? c : 0].s + it.swap, 2,
+                static_cast<int>(c)};
         if (c >= from.size() || (b < from.size() && before(q, w))) {
           shifted.push_back(q);
           ++b;
@@ -98,7 +99,7 @@ void FrontKnapsack::add(const KnapsackItem& it) {
     } else {
       for (int i = 0; i < static_cast<int>(from.size()); ++i) {
         shifted.push_back(canRecompute ? Point{from[i].r + it.recompute, from[i].s, 1, i}
-                                       : Point{from[i].r, from[i].s + it.swap, 2, i});
+                                       : Point{from[i].r + it.swapCpu, from[i].s + it.swap, 2, i});
       }
     }
     merged.clear();

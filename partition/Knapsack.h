@@ -1,14 +1,16 @@
 // partition::Knapsack: the covering knapsacks behind the partitioner.
 //
 // Items are saved storages; freeing one frees `units` memory units by
-// recompute (seconds r) or swap (seconds of I/O s). best(v) answers: how
-// cheaply can at least v units be freed?
+// recompute (seconds r) or swap (seconds of I/O s, plus swapCpu seconds the
+// compute loses, which nothing hides). best(v) answers: how cheaply can at
+// least v units be freed?
 //
 // AdditiveKnapsack: one action for every item, recompute (cost: sum of r) or
 //   swap (sum of s); additive.
-// FrontKnapsack: recompute or swap; a stage pays sum r + max(0, sum s - C)
-//   (its I/O hides behind C seconds of compute, C known only when the stage
-//   ends), which is not additive. For each v it keeps the Pareto front of
+// FrontKnapsack: recompute or swap; a stage pays R + max(0, S - C) with R the
+//   recompute and swap-CPU seconds and S the I/O seconds (its I/O hides
+//   behind C seconds of compute, C known only when the stage ends), which is
+//   not additive. For each v it keeps the Pareto front of
 //   (R, R + S) over choices freeing >= v units: a choice whose R and R + S are
 //   both no smaller than another's can never do better, whatever is added
 //   later and whatever C is. Points with S >= maxHide pay S - C for any stage
@@ -28,11 +30,12 @@ struct KnapsackItem {
   int64_t units = 0;
   double recompute = std::numeric_limits<double>::infinity();  // +inf: not allowed
   double swap = std::numeric_limits<double>::infinity();
+  double swapCpu = 0;
 };
 
 class AdditiveKnapsack {
  public:
-  enum class Cost { Recompute, Swap };
+  enum class Cost { Recompute };
   explicit AdditiveKnapsack(Cost cost = Cost::Recompute) : cost_(cost) {}
   void reset(int64_t capacity);
   int64_t capacity() const { return static_cast<int64_t>(best_.size()) - 1; }
@@ -40,7 +43,7 @@ class AdditiveKnapsack {
   double at(int64_t v) const { return best_[v]; }
 
  private:
-  double costOf(const KnapsackItem& it) const { return cost_ == Cost::Recompute ? it.recompute : it.swap; }
+  double costOf(const KnapsackItem& it) const { return it.recompute; }
   Cost cost_;
   std::vector<double> best_;
   int64_t reach_ = 0;  // units of all items added: above it nothing is feasible yet
@@ -53,8 +56,10 @@ class FrontKnapsack {
     int choice = 0;       // 0 keep, 1 recompute, 2 swap (of the item of this layer)
     int parent = -1;      // index into the previous layer's front at v (keep) or v - units
   };
-  explicit FrontKnapsack(double maxHide = std::numeric_limits<double>::infinity(), bool record = false)
-      : maxHide_(maxHide), record_(record) {}
+  // swapOnly: items may only be swapped (their recompute is ignored).
+  explicit FrontKnapsack(double maxHide = std::numeric_limits<double>::infinity(), bool record = false,
+                         bool swapOnly = false)
+      : maxHide_(maxHide), record_(record), swapOnly_(swapOnly) {}
   void reset(int64_t capacity);
   int64_t capacity() const { return static_cast<int64_t>(front_.size()) - 1; }
   void add(const KnapsackItem& item);
@@ -66,7 +71,7 @@ class FrontKnapsack {
  private:
   void prune(std::vector<Point>& points) const;
   double maxHide_;
-  bool record_;
+  bool record_, swapOnly_;
   std::vector<std::vector<Point>> front_;                // per v
   std::vector<std::vector<std::vector<Point>>> layers_;  // record: front_ after each item
   std::vector<KnapsackItem> items_;

@@ -27,6 +27,7 @@ int64_t unitsFor(int64_t excess, int inFlight, int64_t unit) {
 struct BoundSum {
   const std::vector<int>* spans = nullptr;
   int64_t active = 0, workspace = 0, nodeWorkspace = 0;
+  int64_t replay = 0, activeMax = 0;  // chained bound: recompute re-runs (transientBound)
   std::multimap<int, int64_t> expiring;  // span end -> bytes
   void addNode(int j, int64_t ws) {
     while (!expiring.empty() && expiring.begin()->first < j) {
@@ -39,7 +40,11 @@ struct BoundSum {
     active += bytes;
     expiring.emplace((*spans)[x], bytes);
   }
-  void closeNode() { workspace = std::max(workspace, nodeWorkspace + active); }
+  void closeNode() {
+    workspace = std::max(workspace, nodeWorkspace + active);
+    activeMax = std::max(activeMax, active);
+  }
+  int64_t bound() const { return std::max(workspace, replay + activeMax); }
 };
 
 // The three ways a stage may free memory (Note [freeing variants]): they
@@ -79,9 +84,11 @@ struct StageSums {
     it.units = p.budgetBytes > 0 ? st.bytes / memoryUnit(p) : 0;
     it.recompute = recomputeSeconds(p, x, first);
     it.swap = p.swapSecondsPerByte > 0 ? p.swapSecondsPerByte * static_cast<double>(st.bytes) : kInf;
+    it.swapCpu = p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
     if (it.units <= 0 || (it.recompute == kInf && it.swap == kInf)) return false;
     plain.addFreeable(x, st.bytes);
     chained.addFreeable(x, st.bytes);
+    if (it.recompute < kInf) chained.replay = std::max(chained.replay, segmentWorkspace(p, x, first, p.numNodes()));
     freeableAll += it.units;
     if (it.recompute < kInf) freeableRecompute += it.units;
     if (it.swap < kInf) freeableSwap += it.units;
@@ -99,7 +106,7 @@ struct StageSums {
   int64_t excess(const Problem& p, int k, int end, Variant v, int64_t savedBytes) const {
     const bool last = end == p.numNodes();
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
-    const int64_t nodes = v == Variant::Swap ? plain.workspace : chained.workspace;
+    const int64_t nodes = v == Variant::Swap ? plain.bound() : chained.bound();
     const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) +
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
@@ -184,10 +191,11 @@ Reach maxReach(const Context& ctx, int first) {
 
 // The three knapsacks of one stage start.
 struct StageKnapsacks {
-  AdditiveKnapsack recompute{AdditiveKnapsack::Cost::Recompute}, swap{AdditiveKnapsack::Cost::Swap};
-  FrontKnapsack both;
+  AdditiveKnapsack recompute{AdditiveKnapsack::Cost::Recompute};
+  FrontKnapsack swap, both;
   bool swapTier;
-  StageKnapsacks(const Problem& p, const Reach& reach) : both(reach.compute), swapTier(p.swapSecondsPerByte > 0) {
+  StageKnapsacks(const Problem& p, const Reach& reach)
+      : swap(reach.compute, false, /*swapOnly=*/true), both(reach.compute), swapTier(p.swapSecondsPerByte > 0) {
     recompute.reset(reach.units);
     swap.reset(swapTier ? reach.units : 0);
     both.reset(swapTier ? reach.units : 0);
@@ -208,9 +216,7 @@ struct StageKnapsacks {
     if (needRecompute <= std::min(s.freeableRecompute, recompute.capacity())) best = recompute.at(needRecompute);
     if (!swapTier) return best;
     const int64_t needSwap = s.need(p, k, end, Variant::Swap);
-    if (needSwap <= std::min(s.freeableSwap, swap.capacity())) {
-      best = std::min(best, std::max(0.0, swap.at(needSwap) - s.compute));
-    }
+    if (needSwap <= std::min(s.freeableSwap, swap.capacity())) best = std::min(best, swap.best(needSwap, s.compute));
     const int64_t needBoth = s.need(p, k, end, Variant::Both);
     if (needBoth <= std::min(s.freeableAll, both.capacity())) best = std::min(best, both.best(needBoth, s.compute));
     return best;
@@ -392,30 +398,30 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
   // Each variant with its choices read back; the cheapest that fits wins.
   double bestCost = kInf;
   std::vector<std::pair<int, Action>> bestFreed;
-  auto additive = [&](Variant v, AdditiveKnapsack::Cost cost, Action action, int64_t freeableUnits) {
-    const int64_t need = sums.need(p, stage, end, v);
-    if (need > freeableUnits) return;
-    AdditiveKnapsack knap(cost);
-    knap.reset(need);
-    std::vector<std::vector<char>> took(items.size());
-    for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
-    const double seconds = action == Action::Swap ? std::max(0.0, knap.at(need) - sums.compute) : knap.at(need);
-    if (!(seconds < bestCost)) return;
-    bestCost = seconds;
-    bestFreed.clear();
-    for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
-      if (took[x][u]) {
-        bestFreed.emplace_back(items[x].storage, action);
-        u = std::max<int64_t>(0, u - items[x].units);
+  {  // recompute only: additive
+    const int64_t need = sums.need(p, stage, end, Variant::Recompute);
+    if (need <= sums.freeableRecompute) {
+      AdditiveKnapsack knap(AdditiveKnapsack::Cost::Recompute);
+      knap.reset(need);
+      std::vector<std::vector<char>> took(items.size());
+      for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
+      if (knap.at(need) < bestCost) {
+        bestCost = knap.at(need);
+        for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
+          if (took[x][u]) {
+            bestFreed.emplace_back(items[x].storage, Action::Recompute);
+            u = std::max<int64_t>(0, u - items[x].units);
+          }
+        }
       }
     }
-  };
-  additive(Variant::Recompute, AdditiveKnapsack::Cost::Recompute, Action::Recompute, sums.freeableRecompute);
-  if (p.swapSecondsPerByte > 0) {
-    additive(Variant::Swap, AdditiveKnapsack::Cost::Swap, Action::Swap, sums.freeableSwap);
-    const int64_t need = sums.need(p, stage, end, Variant::Both);
-    if (need <= sums.freeableAll) {
-      FrontKnapsack knap(std::max(sums.compute, maxReach(ctx, first).compute), /*record=*/true);
+  }
+  const double hide = std::max(sums.compute, maxReach(ctx, first).compute);
+  for (Variant v : {Variant::Swap, Variant::Both}) {
+    if (p.swapSecondsPerByte <= 0) break;
+    const int64_t need = sums.need(p, stage, end, v);
+    if (need <= sums.freeable(v)) {
+      FrontKnapsack knap(hide, /*record=*/true, /*swapOnly=*/v == Variant::Swap);
       knap.reset(need);
       for (auto& it : items) knap.add(it);
       int point = -1;

@@ -285,6 +285,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.swapSecondsPerByte = st.swap && m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
                              ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
                              : 0.0;
+  p.swapCpuSecondsPerByte = p.swapSecondsPerByte > 0 ? m.swapCpuSecondsPerByte : 0.0;
   p.swapWindowBytes = st.swapWindowBytes;
   p.swapWindowShare = st.swapWindowShare;
   if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
@@ -444,7 +445,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     ps.forward = s.forward;
     ps.backward = s.backward;
     ps.comm = s.comm;
-    ps.swap = s.swapStall;
+    ps.swap = s.swapStall + s.swapCpu;
     ps.swapIO = s.swapIO;
     ps.recompute = s.recompute;
     ps.loss = s.loss;

@@ -1,6 +1,8 @@
 #include "partition/Profile.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -84,6 +86,7 @@ void Profile::save(const std::string& path) const {
   m->set_p2p_latency_s(machine.p2pLatency);
   m->set_swap_write_bytes_per_s(machine.swapWriteBandwidth);
   m->set_swap_read_bytes_per_s(machine.swapReadBandwidth);
+  m->set_swap_cpu_s_per_byte(machine.swapCpuSecondsPerByte);
   m->set_threads(machine.threads);
   m->set_blas(machine.blas);
   writeFileAtomically(path, p.SerializeAsString());
@@ -134,7 +137,7 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   out.microBatchSize = p.micro_batch_size();
   auto& m = p.machine();
   out.machine = {m.p2p_bandwidth_bytes_per_s(), m.p2p_latency_s(), m.swap_write_bytes_per_s(),
-                 m.swap_read_bytes_per_s(), m.threads(), m.blas()};
+                 m.swap_read_bytes_per_s(), m.swap_cpu_s_per_byte(), m.threads(), m.blas()};
   return out;
 }
 
@@ -148,9 +151,12 @@ std::string Profile::summary(int topNodes) const {
   std::snprintf(buf, sizeof(buf), "loss (last stage): forward %.2f ms, backward %.2f ms, micro-batch size %d\n",
                 1e3 * lossForwardSeconds, 1e3 * lossBackwardSeconds, microBatchSize);
   os << buf;
-  std::snprintf(buf, sizeof(buf), "machine: p2p %.0f MB/s, latency %.1f us; swap write %.0f MB/s, read %.0f MB/s; %d threads, %s\n",
+  std::snprintf(buf, sizeof(buf),
+                "machine: p2p %.0f MB/s, latency %.1f us; swap write %.0f MB/s, read %.0f MB/s, compute lost %.2f ms "
+                "per MiB swapped; %d threads, %s\n",
                 machine.p2pBandwidth / 1e6, machine.p2pLatency * 1e6, machine.swapWriteBandwidth / 1e6,
-                machine.swapReadBandwidth / 1e6, machine.threads, machine.blas.c_str());
+                machine.swapReadBandwidth / 1e6, machine.swapCpuSecondsPerByte * 1e3 * 1048576, machine.threads,
+                machine.blas.c_str());
   os << buf;
   std::vector<const NodeProfile*> order;
   for (auto& n : nodes) order.push_back(&n);
@@ -187,6 +193,51 @@ double pingPong(const Communicator& comm, int64_t bytes, int reps) {
   }
   double rtt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
   return rtt / 2;  // one-way time
+}
+
+// Seconds a fixed compute load (matmuls) loses per byte a thread beside it
+// swaps (writes and reads back), on every rank at once; the median of three
+// trials, averaged over ranks. On a virtual machine the kernel's and the
+// hypervisor's share of disk I/O lands on the same cores as the compute.
+double swapCpuCost(const Communicator& comm, memory::FileSwapTier& tier) {
+  auto a = torch::randn({256, 256}), b = torch::randn({256, 256});
+  auto load = [&](int reps) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) (void)torch::mm(a, b);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  int reps = 16;
+  while (load(reps) < 0.25 && reps < (1 << 20)) reps *= 2;
+  auto agreed = torch::tensor({static_cast<int64_t>(reps)});
+  comm.allReduce(agreed, ReduceOp::Max);  // the same work everywhere
+  reps = static_cast<int>(agreed.item<int64_t>());
+  const int64_t block = 4 << 20;
+  auto data = torch::ones({block}, torch::kUInt8);
+  std::vector<double> costs;
+  for (int trial = 0; trial < 3; ++trial) {
+    comm.barrier();
+    const double alone = load(reps);
+    comm.barrier();
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> moved{0};
+    std::thread io([&] {
+      while (!stop) {
+        const int64_t at = tier.write(data.data_ptr(), block);
+        tier.sync();
+        tier.read(at, data.data_ptr(), block);
+        tier.release(at, block);
+        moved += block;
+      }
+    });
+    const double busy = load(reps);
+    stop = true;
+    io.join();
+    costs.push_back(moved > 0 ? std::max(0.0, busy - alone) / static_cast<double>(moved) : 0.0);
+  }
+  std::sort(costs.begin(), costs.end());
+  auto cost = torch::tensor({costs[1]}, torch::kFloat64);
+  comm.allReduce(cost, ReduceOp::Average);
+  return cost.item<double>();
 }
 
 }  // namespace
@@ -235,6 +286,7 @@ MachineProfile measureMachine(const Communicator& comm, const std::string& dir) 
     comm.allReduce(bw, ReduceOp::Average);
     m.swapWriteBandwidth = bw[0].item<double>();
     m.swapReadBandwidth = bw[1].item<double>();
+    m.swapCpuSecondsPerByte = swapCpuCost(comm, tier);
   }
   return m;
 }

@@ -14,7 +14,8 @@
 // measureMachine() times p2p between ranks 0 and 1 (if the communicator has
 // two or more ranks; collective over it) and the swap tier (the file tier
 // training uses, in `dir`, on every rank at once since they share the disk;
-// skipped when dir is empty).
+// skipped when dir is empty): its bandwidth, and how much slower a fixed
+// compute load runs while a thread swaps beside it (per byte swapped).
 #pragma once
 
 #include <functional>
@@ -41,6 +42,9 @@ struct NodeProfile {
 struct MachineProfile {
   double p2pBandwidth = 0, p2pLatency = 0;  // bytes/s, s
   double swapWriteBandwidth = 0, swapReadBandwidth = 0;
+  // Compute time lost per byte swapped (written and read back) while the I/O
+  // thread works: the kernel's share of the cores (measured, see measureMachine).
+  double swapCpuSecondsPerByte = 0;
   int threads = 1;
   std::string blas;
 };

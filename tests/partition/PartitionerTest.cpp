@@ -31,6 +31,7 @@ Problem randomProblem(std::mt19937& rng) {
   p.p2pBandwidth = uni(0, 3) == 0 ? 0 : real(1e8, 1e10);
   p.p2pLatency = real(0, 1e-4);
   p.swapSecondsPerByte = uni(0, 3) == 0 ? 0 : real(1e-10, 4e-8);
+  p.swapCpuSecondsPerByte = uni(0, 1) == 0 ? 0 : real(0, 1e-9);
   p.swapWindowBytes = uni(0, 2) == 0 ? 0 : uni(1, 100000);
   p.swapWindowShare = uni(0, 2) == 0 ? real(0, 0.2) : 0;
   for (int j = 0; j < n; ++j) {
@@ -208,6 +209,7 @@ Problem longChain() {
   p.p2pBandwidth = 4e9;
   p.p2pLatency = 5e-6;
   p.swapSecondsPerByte = 2e-9;
+  p.swapCpuSecondsPerByte = 1e-10;
   p.swapWindowBytes = 4 << 20;
   for (int j = 0; j < n; ++j) {
     NodeCost c;
