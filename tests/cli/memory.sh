@@ -10,10 +10,20 @@
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
 run=(--set training.steps=10 --set logging.interval=5)
-BUDGET=26   # MiB; keeping everything needs about 48 MiB on stage 0
-RBUDGET=34  # without swap: recompute chains rebuild whole blocks in backward, the plan reserves for that
 
 "$SLUICE" profile "$CFG" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+# The budgets: 1 MiB above the smallest the partitioner can meet (it says so
+# when asked for less), with and without a swap tier. Keeping everything needs
+# about 48 MiB on stage 0, so both plans must swap or recompute.
+smallest_budget() {  # smallest_budget [args...] -> whole MiB, rounded up, plus 1
+  { "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
+    grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ b = int($7); if (b < $7) b++; print b + 1 }'
+}
+BUDGET=$(smallest_budget)
+RBUDGET=$(smallest_budget --set memory.swap=false)
+[[ -n $BUDGET && -n $RBUDGET ]] || fail "partition does not name the smallest budget that fits"
+(( BUDGET < 40 && RBUDGET < 44 )) || fail "smallest budgets $BUDGET/$RBUDGET MiB: too close to keeping everything to test a plan"
+echo "budgets: $BUDGET MiB with swap, $RBUDGET MiB recompute only"
 plan() {  # plan NAME [args...]
   local name=$1
   shift
