@@ -1,6 +1,11 @@
 #include "core/Communicator.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "core/Error.h"
@@ -18,13 +23,32 @@ constexpr int64_t kMagic = 0x5e1ce;
 constexpr int kMaxDims = 12;
 constexpr int kHeaderLen = 4 + kMaxDims;
 
-void mpiCheck(int rc, const char* op, int rank) {
+std::atomic<double> timeoutSeconds{0};
+thread_local std::vector<std::string> activities;
+
+// Pending operations given up on (Note [abandoned work]): never freed.
+std::mutex abandonedMutex;
+std::vector<std::pair<std::vector<MPI_Request>, std::vector<torch::Tensor>>>& abandoned() {
+  static auto* list = new std::vector<std::pair<std::vector<MPI_Request>, std::vector<torch::Tensor>>>();
+  return *list;
+}
+
+int worldRank() {
+  int init = 0, fin = 0, rank = -1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+void mpiCheck(int rc, const std::string& op, int rank) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw CommError(std::string("MPI ") + op + " failed on rank " + std::to_string(rank) + ": " +
-                  std::string(text, len));
+  const std::string during = CommActivity::current();
+  throw CommError("MPI " + op + " failed on rank " + std::to_string(rank) + (during.empty() ? "" : " (" + during + ")") +
+                  ": " + std::string(text, len));
 }
 
 MPI_Datatype mpiType(c10::ScalarType dtype, const char* op) {
@@ -96,19 +120,42 @@ std::string TensorSpec::describe() const {
   return os.str();
 }
 
+// ---------------- CommActivity ----------------
+
+CommActivity::CommActivity(std::string what) { activities.push_back(std::move(what)); }
+CommActivity::~CommActivity() { activities.pop_back(); }
+
+std::string CommActivity::current() {
+  std::string out;
+  for (auto& a : activities) out += (out.empty() ? "" : ", ") + a;
+  return out;
+}
+
 // ---------------- Work ----------------
 
 Work::Work(std::vector<MPI_Request> requests, std::vector<torch::Tensor> keepAlive,
            std::function<void()> onComplete, std::string what)
-    : requests_(std::move(requests)), keepAlive_(std::move(keepAlive)),
-      onComplete_(std::move(onComplete)), what_(std::move(what)) {}
+    : requests_(std::move(requests)), keepAlive_(std::move(keepAlive)), onComplete_(std::move(onComplete)),
+      what_(std::move(what)) {}
+
+void Work::abandon() {
+  std::lock_guard<std::mutex> lock(abandonedMutex);
+  abandoned().emplace_back(std::move(requests_), std::move(keepAlive_));
+  requests_.clear();
+  keepAlive_.clear();
+  onComplete_ = nullptr;
+}
 
 Work::Work(Work&& other) noexcept { *this = std::move(other); }
 
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     if (pending()) {
-      try { wait(); } catch (...) {}
+      if (std::uncaught_exceptions() > 0) {
+        abandon();
+      } else {
+        try { wait(); } catch (...) {}
+      }
     }
     requests_ = std::move(other.requests_);
     keepAlive_ = std::move(other.keepAlive_);
@@ -120,41 +167,89 @@ Work& Work::operator=(Work&& other) noexcept {
 }
 
 Work::~Work() {
-  if (pending()) {
-    try {
-      wait();
-    } catch (const std::exception& e) {
-      log::error(std::string("pending ") + what_ + " failed in destructor: " + e.what());
-    }
+  if (!pending()) return;
+  if (std::uncaught_exceptions() > 0) {
+    abandon();  // Note [abandoned work]
+    return;
+  }
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    log::error(std::string("pending ") + what_ + " failed in destructor: " + e.what());
   }
 }
 
-void Work::wait() {
-  if (requests_.empty()) return;
-  int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+namespace {
+
+// MPI_ERR_IN_STATUS says only that some request failed: the first real error.
+int firstError(int rc, const std::vector<MPI_Status>& statuses) {
+  if (rc != MPI_ERR_IN_STATUS) return rc;
+  for (auto& st : statuses) {
+    if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING) return st.MPI_ERROR;
+  }
+  return rc;
+}
+
+}  // namespace
+
+void Work::fail(int rc) {
+  // Some requests may still be live in MPI after an error: never free their buffers.
+  const std::string what = what_;
+  abandon();
+  mpiCheck(rc, what, worldRank());
+  throw CommError("MPI " + what + " failed on rank " + std::to_string(worldRank()));
+}
+
+void Work::finish() {
   requests_.clear();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mpiCheck(rc, what_.c_str(), rank);
   auto done = std::move(onComplete_);
   onComplete_ = nullptr;
   keepAlive_.clear();
   if (done) done();
 }
 
+void Work::wait() {
+  if (requests_.empty()) return;
+  const double timeout = timeoutSeconds.load();
+  const int n = static_cast<int>(requests_.size());
+  std::vector<MPI_Status> statuses(requests_.size());
+  int rc = MPI_SUCCESS;
+  if (timeout <= 0) {
+    rc = MPI_Waitall(n, requests_.data(), statuses.data());
+  } else {
+    // Poll, so that a peer that never answers is noticed: spin briefly (most
+    // waits are short), then sleep a little longer each time (at most 1 ms).
+    const auto t0 = std::chrono::steady_clock::now();
+    int done = 0;
+    for (int64_t polls = 0; !done; ++polls) {
+      rc = MPI_Testall(n, requests_.data(), &done, statuses.data());
+      if (rc != MPI_SUCCESS || done) break;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > timeout) {
+        const std::string what = what_, during = CommActivity::current();
+        abandon();
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "%g", timeout);
+        throw CommError("timed out after " + std::string(buf) + " s waiting for " + what +
+                        (during.empty() ? "" : " (" + during + ")") + " on rank " + std::to_string(worldRank()) +
+                        ": the peer did not answer (it may have failed, stopped or be stuck); raise cluster.timeout_s "
+                        "if such waits are expected");
+      }
+      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(1000, polls / 4)));
+    }
+  }
+  if (rc != MPI_SUCCESS) fail(firstError(rc, statuses));
+  finish();
+}
+
 bool Work::test() {
   if (requests_.empty()) return true;
   int done = 0;
-  int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mpiCheck(rc, what_.c_str(), rank);
+  std::vector<MPI_Status> statuses(requests_.size());
+  int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, statuses.data());
+  if (rc != MPI_SUCCESS) fail(firstError(rc, statuses));
   if (!done) return false;
-  requests_.clear();
-  auto finish = std::move(onComplete_);
-  onComplete_ = nullptr;
-  keepAlive_.clear();
-  if (finish) finish();
+  finish();
   return true;
 }
 
@@ -174,6 +269,9 @@ void Communicator::initialize(int* argc, char*** argv) {
   if (already) return;
   int provided = 0;
   mpiCheck(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread", -1);
+  // Errors come back as return codes (CommError), not as an abort inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
   if (provided < MPI_THREAD_SERIALIZED) {
     log::warn("MPI provides thread level " + std::to_string(provided) +
               " (< MPI_THREAD_SERIALIZED); communication from autograd threads is unsafe");
@@ -208,6 +306,9 @@ Communicator Communicator::self() {
   return Communicator(std::shared_ptr<MPI_Comm>(new MPI_Comm(MPI_COMM_SELF)));
 }
 
+void Communicator::setWaitTimeout(double seconds) { timeoutSeconds.store(std::max(0.0, seconds)); }
+double Communicator::waitTimeout() { return timeoutSeconds.load(); }
+
 void Communicator::abortAll(int code) {
   if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
@@ -233,6 +334,20 @@ Communicator Communicator::split(int color, int key) const {
   return Communicator(owned);
 }
 
+std::string Communicator::peerName(int r) const {
+  std::string name = "rank " + std::to_string(r);
+  if (!comm_ || *comm_ == MPI_COMM_WORLD) return name;
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  int worldRank = MPI_UNDEFINED;
+  if (MPI_Comm_group(handle(), &mine) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+    MPI_Group_translate_ranks(mine, 1, &r, world, &worldRank);
+  }
+  if (mine != MPI_GROUP_NULL) MPI_Group_free(&mine);
+  if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
+  if (worldRank != MPI_UNDEFINED && worldRank != r) name += " (world rank " + std::to_string(worldRank) + ")";
+  return name;
+}
+
 void Communicator::send(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad) const {
   isend(tensor, dst, tag, requiresGrad).wait();
 }
@@ -245,7 +360,8 @@ Work Communicator::isend(const torch::Tensor& tensor, int dst, int tag, bool req
   mpiCheck(MPI_Isend(header.get(), kHeaderLen, MPI_INT64_T, dst, 2 * tag, handle(), &reqs[0]), "MPI_Isend(header)", rank_);
   mpiCheck(MPI_Isend(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, 2 * tag + 1, handle(), &reqs[1]),
            "MPI_Isend", rank_);
-  return Work(std::move(reqs), {tensor}, [header] {}, "send to rank " + std::to_string(dst));
+  return Work(std::move(reqs), {tensor}, [header] {},
+              "send to " + peerName(dst) + " (tag " + std::to_string(tag) + ")");
 }
 
 Received Communicator::recv(const TensorSpec& expected, int src, int tag) const {
@@ -275,21 +391,28 @@ RecvWork Communicator::irecv(const TensorSpec& expected, int src, int tag) const
                          << " but expected " << want);
     result->requiresGrad = h[2] != 0;
   };
-  Work work(std::move(reqs), {result->tensor}, check, "recv from rank " + std::to_string(src));
+  Work work(std::move(reqs), {result->tensor}, check,
+            "recv from " + peerName(src) + " (tag " + std::to_string(tag) + ")");
   return RecvWork(std::move(work), result);
 }
 
 Received Communicator::recvAny(int src, int tag) const {
-  int64_t h[kHeaderLen];
-  mpiCheck(MPI_Recv(h, kHeaderLen, MPI_INT64_T, src, 2 * tag, handle(), MPI_STATUS_IGNORE), "MPI_Recv(header)", rank_);
+  auto header = torch::empty({kHeaderLen}, torch::kInt64);
+  const std::string from = "recv from " + peerName(src) + " (tag " + std::to_string(tag) + ")";
+  MPI_Request req;
+  mpiCheck(MPI_Irecv(header.data_ptr(), kHeaderLen, MPI_INT64_T, src, 2 * tag, handle(), &req), "MPI_Irecv(header)",
+           rank_);
+  Work({req}, {header}, nullptr, from).wait();
+  const int64_t* h = header.data_ptr<int64_t>();
   SLUICE_CHECK(h[0] == kMagic, CommError, "rank " << rank_ << " received a corrupt header from rank " << src);
   std::vector<int64_t> shape(h + 4, h + 4 + h[3]);
   Received r;
   r.tensor = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[1])));
   r.requiresGrad = h[2] != 0;
-  mpiCheck(MPI_Recv(r.tensor.data_ptr(), static_cast<int>(r.tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1, handle(),
-                    MPI_STATUS_IGNORE),
-           "MPI_Recv", rank_);
+  mpiCheck(MPI_Irecv(r.tensor.data_ptr(), static_cast<int>(r.tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1, handle(),
+                     &req),
+           "MPI_Irecv", rank_);
+  Work({req}, {r.tensor}, nullptr, from).wait();
   return r;
 }
 
@@ -303,7 +426,8 @@ Work Communicator::iallReduce(torch::Tensor& tensor, ReduceOp op) const {
            "MPI_Iallreduce", rank_);
   torch::Tensor t = tensor;
   int n = size_;
-  return Work({req}, {tensor}, [t, op, n]() mutable { finishReduce(t, op, n); }, "allReduce");
+  return Work({req}, {tensor}, [t, op, n]() mutable { finishReduce(t, op, n); },
+              "allReduce over " + std::to_string(size_) + " ranks");
 }
 
 void Communicator::reduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op) const {
@@ -323,7 +447,8 @@ Work Communicator::ireduceScatter(const torch::Tensor& input, torch::Tensor& out
            "MPI_Ireduce_scatter_block", rank_);
   torch::Tensor out = output;
   int n = size_;
-  return Work({req}, {input, output}, [out, op, n]() mutable { finishReduce(out, op, n); }, "reduceScatter");
+  return Work({req}, {input, output}, [out, op, n]() mutable { finishReduce(out, op, n); },
+              "reduceScatter over " + std::to_string(size_) + " ranks");
 }
 
 void Communicator::allGather(const torch::Tensor& input, torch::Tensor& output) const {
@@ -341,14 +466,22 @@ Work Communicator::iallGather(const torch::Tensor& input, torch::Tensor& output)
   mpiCheck(MPI_Iallgather(input.data_ptr(), static_cast<int>(input.nbytes()), MPI_BYTE, output.data_ptr(),
                           static_cast<int>(input.nbytes()), MPI_BYTE, handle(), &req),
            "MPI_Iallgather", rank_);
-  return Work({req}, {input, output}, nullptr, "allGather");
+  return Work({req}, {input, output}, nullptr, "allGather over " + std::to_string(size_) + " ranks");
 }
 
 void Communicator::broadcast(torch::Tensor& tensor, int root) const {
   checkTensor(tensor, "broadcast");
-  mpiCheck(MPI_Bcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, handle()), "MPI_Bcast", rank_);
+  MPI_Request req;
+  mpiCheck(MPI_Ibcast(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, root, handle(), &req), "MPI_Ibcast",
+           rank_);
+  Work({req}, {tensor}, nullptr, "broadcast from rank " + std::to_string(root) + " over " + std::to_string(size_) +
+                                     " ranks").wait();
 }
 
-void Communicator::barrier() const { mpiCheck(MPI_Barrier(handle()), "MPI_Barrier", rank_); }
+void Communicator::barrier() const {
+  MPI_Request req;
+  mpiCheck(MPI_Ibarrier(handle(), &req), "MPI_Ibarrier", rank_);
+  Work({req}, {}, nullptr, "barrier over " + std::to_string(size_) + " ranks").wait();
+}
 
 }  // namespace sluice

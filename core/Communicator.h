@@ -8,9 +8,19 @@
 //   need the data (a p2p receive compares the sender's shape/dtype with the
 //   expected ones and throws CommError on mismatch). A Work destroyed before
 //   wait() waits in its destructor: MPI must never write into freed memory.
+//   Note [abandoned work]: while an exception unwinds (and after a wait timed
+//   out), a pending Work is abandoned instead: its requests and buffers are
+//   kept alive, never freed, so that the error reaches the caller (who ends
+//   the job) rather than waiting forever on a peer that will never answer.
+// - Watchdog: every wait (all blocking calls are nonblocking calls plus a
+//   wait) gives up after setWaitTimeout() seconds (0: never) with a CommError
+//   naming the operation, the peer and tag, and what the thread was doing
+//   (CommActivity, e.g. "step 7, micro-batch 2, recv activation").
 // - Tensors must be contiguous CPU tensors; reductions support float, double,
 //   int32 and int64. Averages are a sum followed by a division by size().
-// - Every failed MPI call throws CommError naming the operation and the rank.
+// - Every communicator returns MPI errors (MPI_ERRORS_RETURN) instead of
+//   aborting; every failed MPI call throws CommError naming the operation, the
+//   rank and, for p2p, the peer and tag.
 // - Thread use: one thread at a time per communicator (MPI_THREAD_SERIALIZED
 //   or better is requested at initialize()).
 //
@@ -41,6 +51,17 @@ struct TensorSpec {
   std::string describe() const;
 };
 
+// What this thread is doing, for error and timeout messages; scopes nest
+// ("step 7" then "micro-batch 2, recv activation").
+class CommActivity {
+ public:
+  explicit CommActivity(std::string what);
+  ~CommActivity();
+  CommActivity(const CommActivity&) = delete;
+  CommActivity& operator=(const CommActivity&) = delete;
+  static std::string current();  // "" when none
+};
+
 // A pending nonblocking operation. Movable, not copyable.
 class Work {
  public:
@@ -61,6 +82,9 @@ class Work {
   bool pending() const { return !requests_.empty(); }
 
  private:
+  void abandon();
+  [[noreturn]] void fail(int mpiError);  // abandons, then throws CommError
+  void finish();                          // after completion: release, run onComplete
   std::vector<MPI_Request> requests_;
   std::vector<torch::Tensor> keepAlive_;
   std::function<void()> onComplete_;
@@ -98,6 +122,9 @@ class Communicator {
   static Communicator self();
   // Aborts every rank of MPI_COMM_WORLD (used when one rank fails).
   [[noreturn]] static void abortAll(int code);
+  // The watchdog: seconds any wait may take before it throws (0: no limit).
+  static void setWaitTimeout(double seconds);
+  static double waitTimeout();
 
   Communicator() = default;
   int rank() const { return rank_; }
@@ -130,6 +157,8 @@ class Communicator {
   void barrier() const;
 
   MPI_Comm handle() const { return comm_ ? *comm_ : MPI_COMM_NULL; }
+  // "rank r", plus its world rank when this is a sub-communicator where they differ.
+  std::string peerName(int r) const;
 
  private:
   explicit Communicator(std::shared_ptr<MPI_Comm> comm);

@@ -57,6 +57,13 @@ class MemoryError : public Error {
   using Error::Error;
 };
 
+// A checkpoint that cannot be used: missing, incomplete, truncated or
+// corrupted (checksum), or made for another model.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Optimizer misuse (mismatched parameters, step without gradients, ...).
 class OptimError : public Error {
  public:

@@ -1,6 +1,7 @@
 // Files written so that a reader never sees half of them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace sluice {
@@ -8,5 +9,12 @@ namespace sluice {
 // Writes `bytes` to `path` + ".tmp", then renames it to `path` (atomic on one
 // file system). Throws Error naming the path when writing or renaming fails.
 void writeFileAtomically(const std::string& path, const std::string& bytes);
+// The same, and durable: the temp file is fsynced before the rename and the
+// directory after it, so after a crash `path` holds the old or the new bytes.
+void writeFileDurably(const std::string& path, const std::string& bytes);
+// Reads a whole file; throws Error naming it when it cannot.
+std::string readFile(const std::string& path);
+// FNV-1a, 64 bits, as 16 hex digits.
+std::string checksum(const std::string& bytes);
 
 }  // namespace sluice

@@ -27,10 +27,10 @@ void setRank(int r) {
   rank = r;
 }
 
-void openFile(const std::string& path) {
+void openFile(const std::string& path, bool append) {
   std::lock_guard<std::mutex> lock(mutex);
   file.close();
-  file.open(path, std::ios::trunc);
+  file.open(path, append ? std::ios::app : std::ios::trunc);
 }
 
 void closeFile() {
@@ -47,7 +47,13 @@ void write(Level level, const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex);
   std::string prefix = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
   std::string line = prefix + (level == Level::Info ? "" : std::string(levelName(level)) + ": ") + message;
-  if (level >= consoleLevel) std::cerr << line << std::endl;
+  // One write per line: a rank's lines must not interleave with another's
+  // (mpirun merges the ranks' stderr by write, not by line).
+  if (level >= consoleLevel) {
+    const std::string out = line + "\n";
+    std::cerr.write(out.data(), static_cast<std::streamsize>(out.size()));
+    std::cerr.flush();
+  }
   if (file.is_open()) file << line << std::endl;
 }
 

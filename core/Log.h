@@ -8,8 +8,9 @@ namespace sluice::log {
 enum class Level { Debug, Info, Warn, Error };
 
 void setRank(int rank);
-// Opens (truncates) the per-rank log file; lines logged afterwards go there too.
-void openFile(const std::string& path);
+// Opens the per-rank log file (truncated, or appended to when resuming); lines
+// logged afterwards go there too.
+void openFile(const std::string& path, bool append = false);
 void closeFile();
 void setConsoleLevel(Level level);
 

@@ -218,15 +218,29 @@ void validate(Config& c) {
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
+  require(in(t.nanPolicy, {"abort", "skip"}), "training.nan_policy must be abort or skip, got '" + t.nanPolicy + "'");
+  auto& ck = c.checkpoint;
+  require(ck.interval >= 0, "checkpoint.interval must be >= 0 (0 = off), got " + std::to_string(ck.interval));
+  require(ck.keepLatestK >= 0, "checkpoint.keep_latest_k must be >= 0 (0 = keep all), got " +
+                                   std::to_string(ck.keepLatestK));
+  require(!ck.resume.empty(), "checkpoint.resume must be auto, none or a checkpoint directory");
+  require(in(ck.resume, {"auto", "none"}) || std::filesystem::is_directory(ck.resume),
+          "checkpoint.resume '" + ck.resume + "' is neither auto, none nor an existing checkpoint directory");
+  auto& cl = c.cluster;
+  require(cl.timeoutS >= 0, "cluster.timeout_s must be >= 0 (0 = no limit), got " + std::to_string(cl.timeoutS));
+  require(cl.initTimeoutS >= 0, "cluster.init_timeout_s must be >= 0 (0 = no limit), got " +
+                                    std::to_string(cl.initTimeoutS));
+  require(cl.maxRestarts >= 0, "cluster.max_restarts must be >= 0, got " + std::to_string(cl.maxRestarts));
 }
 
 Config parse(const YAML::Node& root) {
-  static const std::set<std::string> sections{"job", "model", "data", "training", "pipeline", "optimizer", "memory", "logging"};
+  static const std::set<std::string> sections{"job",       "model",     "data",   "training",  "pipeline",
+                                              "optimizer", "memory",    "logging", "checkpoint", "cluster"};
   for (auto it = root.begin(); it != root.end(); ++it) {
     auto key = it->first.as<std::string>();
     SLUICE_CHECK(sections.count(key), ConfigError,
-                 "config error: unknown section '" << key
-                                                   << "'. Sections: job, model, data, training, pipeline, optimizer, memory, logging");
+                 "config error: unknown section '" << key << "'. Sections: job, model, data, training, pipeline, "
+                                                   << "optimizer, memory, logging, checkpoint, cluster");
   }
   Config c;
   MapReader job(root, "job");
@@ -256,6 +270,7 @@ Config parse(const YAML::Node& root) {
   training.get("steps", c.training.steps);
   training.get("global_batch_size", c.training.globalBatchSize);
   training.get("micro_batch_size", c.training.microBatchSize);
+  training.get("nan_policy", c.training.nanPolicy);
   training.finish();
   MapReader pipeline(root, "pipeline");
   pipeline.get("stages", c.pipeline.stages);
@@ -295,6 +310,17 @@ Config parse(const YAML::Node& root) {
   logging.get("interval", c.logging.interval);
   logging.get("measure_memory", c.logging.measureMemory);
   logging.finish();
+  MapReader checkpoint(root, "checkpoint");
+  checkpoint.get("dir", c.checkpoint.dir);
+  checkpoint.get("interval", c.checkpoint.interval);
+  checkpoint.get("keep_latest_k", c.checkpoint.keepLatestK);
+  checkpoint.get("resume", c.checkpoint.resume);
+  checkpoint.finish();
+  MapReader cluster(root, "cluster");
+  cluster.get("timeout_s", c.cluster.timeoutS);
+  cluster.get("init_timeout_s", c.cluster.initTimeoutS);
+  cluster.get("max_restarts", c.cluster.maxRestarts);
+  cluster.finish();
   validate(c);
   return c;
 }
@@ -310,7 +336,9 @@ Config Config::fromYamlText(const std::string& text, const std::vector<std::stri
     throw ConfigError("config error: " + origin + " is not valid YAML (line " + std::to_string(e.mark.line + 1) +
                       ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
   }
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  SLUICE_CHECK(root && !root.IsNull(), ConfigError,
+               "config error: " << origin << " is empty: give at least the model and training sections (see "
+                                << "configs/quickstart.yaml)");
   SLUICE_CHECK(root.IsMap(), ConfigError, "config error: " << origin << " must be a YAML mapping of sections");
   for (auto& o : overrides) applyOverride(root, o);
   return parse(root);
@@ -322,6 +350,10 @@ Config Config::load(const std::string& path, const std::vector<std::string>& ove
   std::stringstream ss;
   ss << f.rdbuf();
   return fromYamlText(ss.str(), overrides, path);
+}
+
+std::string Config::checkpointDir() const {
+  return checkpoint.dir.empty() ? (std::filesystem::path(job.outputDir) / "checkpoints").string() : checkpoint.dir;
 }
 
 std::string Config::toYaml() const {
@@ -347,7 +379,8 @@ std::string Config::toYaml() const {
     << YAML::Key << "path" << YAML::Value << data.path << YAML::EndMap;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
     << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
-    << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::EndMap;
+    << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "nan_policy" << YAML::Value
+    << training.nanPolicy << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value
     << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
@@ -370,6 +403,12 @@ std::string Config::toYaml() const {
     << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::EndMap;
+  e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << checkpoint.dir
+    << YAML::Key << "interval" << YAML::Value << checkpoint.interval << YAML::Key << "keep_latest_k" << YAML::Value
+    << checkpoint.keepLatestK << YAML::Key << "resume" << YAML::Value << checkpoint.resume << YAML::EndMap;
+  e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap << YAML::Key << "timeout_s" << YAML::Value
+    << cluster.timeoutS << YAML::Key << "init_timeout_s" << YAML::Value << cluster.initTimeoutS << YAML::Key
+    << "max_restarts" << YAML::Value << cluster.maxRestarts << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -2,7 +2,8 @@
 //
 // Precedence: --set overrides > YAML file > the defaults below. Unknown keys
 // are errors naming their YAML path; degrees that must divide are checked with
-// the arithmetic in the message. load() throws ConfigError and touches no file.
+// the arithmetic in the message; an empty file is an error (not a config of
+// defaults). load() throws ConfigError and touches no file.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,23 @@ struct TrainingConfig {
   int64_t steps = 100;
   int64_t globalBatchSize = 8;  // = micro_batch_size x pipeline.microbatches x pipeline.data_parallel
   int64_t microBatchSize = 2;
+  // training.nan_policy: abort (a non-finite loss stops the job, read at log
+  // points) | skip (a step whose gradients are not finite anywhere is dropped
+  // on every rank and counted in metrics; checked every step)
+  std::string nanPolicy = "abort";
+};
+
+struct CheckpointConfig {
+  std::string dir;          // checkpoint.dir; "" = <job.output_dir>/checkpoints
+  int64_t interval = 0;     // steps between checkpoints; 0 = off
+  int64_t keepLatestK = 2;  // checkpoint.keep_latest_k: older complete checkpoints are removed; 0 = keep all
+  std::string resume = "auto";  // auto (the latest complete checkpoint, if any) | none | a checkpoint directory
+};
+
+struct ClusterConfig {
+  double timeoutS = 600;       // cluster.timeout_s: a wait on a peer longer than this ends the job (0 = never)
+  double initTimeoutS = 1800;  // cluster.init_timeout_s: the same during start-up (capture, profiling, planning)
+  int maxRestarts = 0;         // cluster.max_restarts: restarts from the latest checkpoint after a failure
 };
 
 struct PipelineConfig {
@@ -95,8 +113,11 @@ struct Config {
   OptimizerConfig optimizer;
   MemoryConfig memory;
   LoggingConfig logging;
+  CheckpointConfig checkpoint;
+  ClusterConfig cluster;
 
   int worldSize() const { return pipeline.stages * pipeline.dataParallel; }
+  std::string checkpointDir() const;  // checkpoint.dir or <job.output_dir>/checkpoints
 
   // Reads path, applies overrides ("a.b=value", value parsed as YAML), validates.
   static Config load(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -2,14 +2,39 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "core/Error.h"
+#include "core/Files.h"
 #include "core/Log.h"
 
 namespace sluice {
 
-MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps)
-    : out_(path, std::ios::trunc), path_(path), totalSteps_(totalSteps) {
+namespace {
+
+// The metrics lines of steps before `step` (a file from an earlier run).
+std::string linesBefore(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    auto at = line.find("\"step\": ");
+    if (at == std::string::npos) continue;
+    if (std::atoll(line.c_str() + at + 8) < step) kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps, int64_t resumeStep)
+    : path_(path), totalSteps_(totalSteps) {
+  if (resumeStep >= 0) {
+    writeFileAtomically(path, linesBefore(path, resumeStep));
+    out_.open(path, std::ios::app);
+  } else {
+    out_.open(path, std::ios::trunc);
+  }
   SLUICE_CHECK(out_, Error, "cannot write metrics file " << path);
 }
 
@@ -21,7 +46,9 @@ void MetricsWriter::flush() {
   int64_t windowSamples = 0, windowTokens = 0;
   for (auto& r : pending_) {
     const double loss = r.loss.item<double>();
-    SLUICE_CHECK(std::isfinite(loss), Error, "loss is " << loss << " at step " << r.step << "; stopping (lower optimizer.lr?)");
+    SLUICE_CHECK(std::isfinite(loss) || r.skipped, Error,
+                 "loss is " << loss << " at step " << r.step << "; stopping (lower optimizer.lr, or set "
+                            << "training.nan_policy: skip to drop such steps)");
     char line[512];
     std::snprintf(line, sizeof(line),
                   "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"step_time_s\": %.6f, \"samples_per_s\": %.3f",
@@ -31,6 +58,7 @@ void MetricsWriter::flush() {
       std::snprintf(line, sizeof(line), ", \"tokens_per_s\": %.1f", r.tokens / r.stepTimeSeconds);
       out_ << line;
     }
+    if (r.skipped) out_ << ", \"skipped\": true";
     if (!r.stagePeakBytes.empty()) {
       out_ << ", \"peak_bytes\": [";
       for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) out_ << (i ? ", " : "") << r.stagePeakBytes[i];

@@ -19,6 +19,7 @@ struct StepRecord {
   double stepTimeSeconds = 0;
   int64_t samples = 0;
   int64_t tokens = 0;  // 0 when tokens do not apply
+  bool skipped = false;  // training.nan_policy skip dropped this step's update
   // Per stage, the step's peak of allocated bytes (max over replicas; the
   // counting allocator, less what lives outside the model); empty: not measured.
   std::vector<int64_t> stagePeakBytes;
@@ -26,8 +27,10 @@ struct StepRecord {
 
 class MetricsWriter {
  public:
-  // Truncates path. totalSteps is used for the ETA.
-  MetricsWriter(const std::string& path, int64_t totalSteps);
+  // Starts path afresh; or, resuming at step resumeStep (>= 0), keeps its lines
+  // of earlier steps and appends after them (lines of later steps, from a run
+  // that went past its last checkpoint, are dropped). totalSteps: for the ETA.
+  MetricsWriter(const std::string& path, int64_t totalSteps, int64_t resumeStep = -1);
   void record(StepRecord record);
   // Reads the pending losses, appends their lines, prints one progress line.
   void flush();

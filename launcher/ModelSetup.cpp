@@ -1,5 +1,11 @@
 #include "launcher/ModelSetup.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/Bytes.h"
 #include "core/Error.h"
 #include "models/Gpt.h"
 #include "models/Mlp.h"
@@ -14,7 +20,48 @@ torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& tar
 
 }  // namespace
 
+void checkModelFitsMemory(const Config& c, int ranksHere) {
+  const auto& m = c.model;
+  const double f = 4;  // float32
+  const double B = static_cast<double>(c.training.microBatchSize);
+  struct Part {
+    std::string what;
+    double bytes;
+  };
+  std::vector<Part> parts;
+  if (m.name == "gpt") {
+    const double V = m.vocabSize, T = m.blockSize, L = m.layers, d = m.embd, H = m.heads;
+    const double params = 2 * V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d;
+    parts.push_back({"parameters, gradients and Adam state (model.vocab_size, model.layers, model.embd)", 4 * f * params});
+    parts.push_back({"the causal masks, block_size^2 per layer (model.block_size, model.layers)", f * L * T * T});
+    parts.push_back({"one micro-batch's activations (training.micro_batch_size, model.block_size, model.heads, "
+                     "model.embd, model.layers)",
+                     f * B * (L * (16 * T * d + 2 * H * T * T) + 2 * T * V)});
+  } else {
+    const double params = m.inputDim * m.hidden + (m.mlpLayers - 1.0) * m.hidden * m.hidden + m.hidden * m.classes;
+    parts.push_back({"parameters, gradients and Adam state (model.input_dim, model.hidden, model.mlp_layers)",
+                     4 * f * params});
+    parts.push_back({"one micro-batch's activations (training.micro_batch_size, model.hidden)",
+                     f * B * 4 * (m.inputDim + m.mlpLayers * m.hidden)});
+  }
+  double total = 0;
+  const Part* largest = &parts[0];
+  for (auto& p : parts) {
+    total += p.bytes;
+    if (p.bytes > largest->bytes) largest = &p;
+  }
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  SLUICE_CHECK(machine <= 0 || total * ranksHere < machine, ConfigError,
+               "config error: this model needs about " << formatBytes(static_cast<int64_t>(total))
+                   << " on each rank before it is split (" << ranksHere << " rank" << (ranksHere > 1 ? "s" : "")
+                   << " on this machine), more than its " << formatBytes(static_cast<int64_t>(machine))
+                   << " of memory; the largest part is " << largest->what << ": " << formatBytes(static_cast<int64_t>(largest->bytes))
+                   << ". Lower those keys");
+}
+
 ModelSetup makeModelSetup(const Config& c) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s;
   torch::manual_seed(static_cast<uint64_t>(c.job.seed));
   if (c.model.name == "gpt") {

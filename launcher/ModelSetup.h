@@ -27,6 +27,13 @@ struct ModelSetup {
   std::vector<torch::Tensor> tensorsByName(const std::vector<std::string>& names) const;
 };
 
+// Builds the model (after checkModelFitsMemory), its forward, loss and data.
 ModelSetup makeModelSetup(const Config& config);
+// Estimates from the config alone what one rank holds before the model is
+// split (parameters with gradients and Adam state, buffers, one micro-batch of
+// activations) and throws ConfigError naming the keys and the bytes when
+// ranksHere such ranks exceed the machine's memory: before anything is
+// allocated. makeModelSetup checks with Open MPI's local rank count.
+void checkModelFitsMemory(const Config& config, int ranksHere = 1);
 
 }  // namespace sluice

@@ -2,10 +2,13 @@
 
 #include <malloc.h>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -14,11 +17,13 @@
 #include "core/Files.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
+#include "launcher/Faults.h"
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
 #include "memory/CountingAllocator.h"
 #include "memory/SwapTier.h"
 #include "optim/DistAdam.h"
+#include "optim/OptimizerState.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
@@ -40,6 +45,9 @@ void exportRankEnv(int rank, int world) {
 
 int64_t allocatedNow() { return memory::allocatorStats().currentBytes; }
 
+// The step this rank is in, for the fault-injection hook.
+thread_local int64_t currentStep = 0;
+
 }  // namespace
 
 Trainer::Trainer(Config config) : c_(std::move(config)) {}
@@ -50,12 +58,29 @@ void Trainer::run() {
   setUp();
   plan();
   buildStage();
+  restore();
   train();
   report();
 }
 
+namespace {
+
+std::atomic<bool> stopAsked{false};
+void onStop(int) { stopAsked = true; }
+
+}  // namespace
+
+void installStopHandlers() {
+  // Note [stopping]: mpirun forwards SIGUSR1; SIGTERM is mpirun's own way to
+  // end a job, so it stays fatal under mpirun and asks to stop elsewhere.
+  std::signal(SIGUSR1, onStop);
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) std::signal(SIGTERM, onStop);
+}
+
 void Trainer::setUp() {
   memory::installCountingAllocator();
+  Communicator::setWaitTimeout(c_.cluster.initTimeoutS);
+  installStopHandlers();
   // Note [malloc churn]: LibTorch's CPU allocator is plain malloc, and glibc
   // maps every block above 128 KiB freshly (zero-filled page by page) and
   // unmaps it on free. Activations, gradients and swap buffers are exactly
@@ -89,8 +114,18 @@ void Trainer::plan() {
   // is needed for a budget under policy plan, and for full_recompute.
   const bool memoryDecisions = m.policy == "full_recompute" || (m.policy == "plan" && m.budgetMb > 0);
   const bool split = c_.pipeline.stages > 1 && cuts_.empty();
+  // Resuming: the checkpoint is checked now (the same model), before any work.
+  if (const auto dir = resumeDirectory(c_); !dir.empty()) {
+    CheckpointLayout current;
+    current.model = modelFields(c_);
+    resume_ = openCheckpoint(dir, current);
+    SLUICE_CHECK(resume_->step <= c_.training.steps, ConfigError,
+                 "config error: checkpoint " << dir << " is at step " << resume_->step << ", past training.steps ("
+                                             << c_.training.steps << "); raise training.steps to train further");
+  }
   if (!c_.pipeline.plan.empty() || split || memoryDecisions) {
-    plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
+    plan_ = planOfCheckpoint();
+    if (!plan_) plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
     cuts_ = plan_->cuts();
     memoryPlan_ = memoryPlanFor(*plan_, stageIndex_, c_);
     // A swap directory that cannot be used fails here on every rank (the plan
@@ -101,6 +136,33 @@ void Trainer::plan() {
   }
   auto stages = splitGraph(*graph_, cuts_);
   stage_ = stages.at(stageIndex_);
+  for (auto& name : stage_->paramInputs) {
+    if (setup_.tensorsByName({name})[0].requires_grad()) trainableNames_.push_back(name);
+  }
+  // This rank's part of the checkpoint is read (and its checksums checked) now, before any output is written.
+  if (resume_) {
+    resumeSameLayout_ = resume_->layout == layout();
+    restored_ = loadCheckpoint(*resume_, stage_->paramInputs, trainableNames_, rank_, resumeSameLayout_);
+  }
+}
+
+std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
+  if (!resume_ || !c_.pipeline.plan.empty() || !c_.pipeline.cuts.empty()) return std::nullopt;
+  const auto bytes = checkpointPlanBytes(*resume_);
+  if (bytes.empty()) return std::nullopt;
+  auto saved = partition::Plan::fromBytes(bytes, resume_->path + "/plan.pb");
+  const auto want = planSettings(c_);
+  // Same graph, stage count and everything the plan was chosen for; else plan anew.
+  const bool same = saved.graphHash == graph_->hash() && static_cast<int>(saved.stages.size()) == want.stages &&
+                    saved.schedule == want.schedule && saved.microBatches == want.microBatches &&
+                    saved.dataParallel == want.dataParallel && saved.budgetBytes == want.budgetBytes &&
+                    saved.policy == want.policy;
+  if (rank_ == 0) {
+    log::info(same ? "plan: the one saved with " + resume_->path + " (same pipeline settings)"
+                   : "plan: the pipeline settings differ from " + resume_->path + "'s; planning anew");
+  }
+  if (!same) return std::nullopt;
+  return saved;
 }
 
 void Trainer::buildStage() {
@@ -116,7 +178,7 @@ void Trainer::buildStage() {
     writeFileAtomically((out / "config.resolved.yaml").string(), c_.toYaml());
   }
   world_.barrier();
-  log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string());
+  log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string(), /*append=*/resume_.has_value());
   if (rank_ == 0) {
     log::info("resolved config\n" + c_.toYaml() + settingsTable() + "data: " + setup_.dataset->describe());
     if (plan_) {
@@ -168,10 +230,134 @@ void Trainer::buildStage() {
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(params, adamw);
   }
-  if (worker_->isLast() && dpRank_ == 0) {
-    metrics_ = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c_.training.steps);
-  }
+  const int rank = rank_;
+  worker_->setForwardHook([rank](int mb) { faults::atForward(rank, currentStep, mb); });
   freeOtherStagesTensors();
+}
+
+CheckpointLayout Trainer::layout() const {
+  CheckpointLayout l;
+  l.stages = c_.pipeline.stages;
+  l.dataParallel = c_.pipeline.dataParallel;
+  l.cuts = cuts_;
+  l.graphHash = graph_->hash();
+  l.model = modelFields(c_);
+  return l;
+}
+
+void Trainer::restore() {
+  const std::string dir = resume_ ? resume_->path : "";
+  const fs::path out = c_.job.outputDir;
+  if (resume_) {
+    const auto& manifest = *resume_;
+    const auto& state = *restored_;
+    {
+      torch::NoGradGuard noGrad;
+      auto tensors = setup_.tensorsByName(stage_->paramInputs);
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& saved = state.tensors.at(stage_->paramInputs[i]);
+        SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
+                     "checkpoint " << dir << ": " << stage_->paramInputs[i] << " has shape " << saved.sizes()
+                                   << ", the model " << tensors[i].sizes() << ": it was made for another model");
+        tensors[i].copy_(saved);
+      }
+    }
+    std::vector<optim::AdamState> adam;
+    for (auto& name : trainableNames_) {
+      auto it = state.adam.find(name);
+      adam.push_back(it == state.adam.end() ? optim::AdamState{} : it->second);
+    }
+    optim::setAdamState(*optimizer_, worker_->trainableParameters(), adam);
+    if (state.rng.defined()) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state.rng);
+    }
+    restored_.reset();
+    startStep_ = manifest.step;
+    if (rank_ == 0) {
+      log::info("resumed from " + dir + " at step " + std::to_string(startStep_) +
+                (resumeSameLayout_ ? " (same layout: exact)"
+                                   : " (another layout: stages " + std::to_string(manifest.layout.stages) +
+                                         " x data_parallel " + std::to_string(manifest.layout.dataParallel) +
+                                         " before)"));
+    }
+  }
+  if (resume_ && startStep_ == c_.training.steps && rank_ == 0) {
+    log::warn("checkpoint " + dir + " is at training.steps (" + std::to_string(startStep_) +
+              "): nothing left to train; raise training.steps, or start fresh with checkpoint.resume: none");
+  }
+  if (worker_->isLast() && dpRank_ == 0) {
+    metrics_ = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c_.training.steps,
+                                               dir.empty() ? -1 : startStep_);
+  }
+}
+
+std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
+  CommActivity activity("checkpoint of step " + std::to_string(stepsDone));
+  RankState state;
+  // Full Adam state: collective over the data-parallel group (DistAdam gathers its shards).
+  auto adam = optim::adamState(*optimizer_, worker_->trainableParameters());
+  if (dpRank_ == 0) {
+    auto tensors = setup_.tensorsByName(stage_->paramInputs);
+    for (size_t i = 0; i < tensors.size(); ++i) state.tensors[stage_->paramInputs[i]] = tensors[i];
+    for (size_t i = 0; i < trainableNames_.size(); ++i) state.adam[trainableNames_[i]] = adam[i];
+  }
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state.rng = gen.get_state();
+  }
+  CheckpointInfo info;
+  info.step = stepsDone;
+  info.lr = lr;
+  info.samplesSeen = stepsDone * c_.training.globalBatchSize;
+  if (plan_) info.planBytes = plan_->toBytes();
+  const auto path = sluice::saveCheckpoint(c_.checkpointDir(), info, layout(), state, stageIndex_, world_,
+                                           c_.checkpoint.keepLatestK);
+  if (rank_ == 0) log::info("checkpoint: " + path + " (step " + std::to_string(stepsDone) + ")");
+  return path;
+}
+
+torch::Tensor Trainer::step(int64_t step, bool* skipped) {
+  *skipped = false;
+  auto micro = microBatchesFor(step);
+  optimizer_->zero_grad();
+  auto loss = worker_->runMicroBatches(micro);
+  if (faults::nanAt(rank_, step)) {
+    torch::NoGradGuard noGrad;
+    for (auto& p : worker_->trainableParameters()) p.mutable_grad().fill_(NAN);
+  }
+  // training.nan_policy: a non-finite gradient on this rank ends the job
+  // (abort) or, all-reduced so every rank decides alike, drops the step (skip).
+  std::string badParam;
+  const auto& params = worker_->trainableParameters();
+  for (size_t i = 0; i < params.size() && badParam.empty(); ++i) {
+    const auto& g = params[i].grad();
+    if (g.defined() && !torch::isfinite(g).all().item<bool>()) badParam = trainableNames_.at(i);
+  }
+  if (c_.training.nanPolicy == "abort") {
+    SLUICE_CHECK(badParam.empty(), Error,
+                 "step " << step << ": the gradient of " << badParam << " is not finite (NaN or inf); "
+                         << "training.nan_policy: skip drops such steps instead of stopping");
+  } else {
+    auto flag = torch::tensor({static_cast<int64_t>(badParam.empty() ? 0 : 1)});
+    world_.allReduce(flag, ReduceOp::Max);
+    if (flag.item<int64_t>() != 0) {
+      *skipped = true;
+      if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) {
+        dist->zero_grad();  // finishes its abandoned reductions
+      } else {
+        optimizer_->zero_grad();
+      }
+      if (rank_ == 0) {
+        log::warn("step " + std::to_string(step) + ": non-finite gradients, update skipped (training.nan_policy skip)");
+      }
+      return loss;
+    }
+  }
+  optimizer_->step();
+  return loss;
 }
 
 // Every rank builds the whole model from the seed (identical initial
@@ -232,11 +418,12 @@ void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<
 }
 
 void Trainer::train() {
+  Communicator::setWaitTimeout(c_.cluster.timeoutS);
   optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
                        c_.training.steps};
   std::vector<StepRecord> pending;  // steps whose loss is not read yet
   std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
-  warmSteps_ = std::min<int64_t>(2, c_.training.steps - 1);  // compute times count after these
+  warmSteps_ = std::min<int64_t>(startStep_ + 2, c_.training.steps - 1);  // compute times count after these
   // What lives outside the model now (data, buffers of the runtime): reported apart.
   otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(stage_->paramInputs));
   if (c_.memory.hardLimit) {
@@ -245,26 +432,53 @@ void Trainer::train() {
     log::info("memory.hard_limit: allocations beyond " + formatBytesExact(budget) + " for the model (+ " +
               formatBytes(otherBytes_) + " outside it) fail");
   }
-  for (int64_t step = 0; step < c_.training.steps; ++step) {
+  // Note [stopping]: the stop requests of step s are all-reduced while step s + 1 runs.
+  auto stopFlags = torch::zeros({1}, torch::kInt64);
+  Work stopVote;
+  for (int64_t step = startStep_; step < c_.training.steps; ++step) {
+    CommActivity activity("step " + std::to_string(step));
+    currentStep = step;
+    faults::atStepStart(rank_, step);
     if (step == warmSteps_) warm_ = worker_->computeTimes();
     auto t0 = std::chrono::steady_clock::now();
-    auto micro = microBatchesFor(step);
     const double stepLr = lr.at(step);
     optim::setLearningRate(*optimizer_, stepLr);
     memory::resetPeak();
-    auto loss = worker_->trainStep(micro, *optimizer_);
+    bool skipped = false;
+    auto loss = this->step(step, &skipped);
     const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);
     peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
-                       c_.training.globalBatchSize * setup_.tokensPerSample, {}});
-    if ((step + 1) % c_.logging.interval == 0 || step + 1 == c_.training.steps) {
-      flushLogPoint(pending, peaks);
+                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}});
+    bool stop = false;
+    if (stopVote.pending()) {
+      stopVote.wait();
+      stop = stopFlags.item<int64_t>() != 0;
+    }
+    stopFlags.fill_(stopAsked.load() ? 1 : 0);
+    stopVote = world_.iallReduce(stopFlags, ReduceOp::Max);
+    const int64_t done = step + 1;
+    // With checkpoints on, the last step is always saved too (training can be extended from it).
+    const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
+                                     (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
+    if (checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps) {
+      flushLogPoint(pending, peaks);  // a checkpoint is also a log point: no step's metrics are lost on resume
       pending.clear();
       peaks.clear();
     }
+    if (checkpoint) saveCheckpoint(done, stepLr);
+    if (stop) {
+      if (rank_ == 0) {
+        log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +
+                  "(the default)");
+      }
+      stoppedEarly_ = true;
+      break;
+    }
   }
+  if (stopVote.pending()) stopVote.wait();
   memory::setAllocationLimit(0);
 }
 

@@ -5,16 +5,25 @@
 //   t.plan();       // the split: pipeline.cuts, pipeline.plan, or a plan made now;
 //                   // and this stage's memory plan (keep / swap / recompute)
 //   t.buildStage(); // communicators, run outputs, the stage worker, the optimizer
-//   t.train();      // the step loop: metrics.jsonl with losses and per-stage memory peaks
+//   t.restore();    // from a checkpoint (checkpoint.resume), into this layout
+//   t.train();      // the step loop: metrics.jsonl with losses and per-stage memory
+//                   // peaks, checkpoints every checkpoint.interval steps
 //   t.report();     // per rank: compiles, compute per micro-batch, memory measured vs
 //                   // predicted; rank 0 prints the per-stage memory table
 //
 // Every phase is collective over the world (all ranks call it in order) and
-// throws on error; the CLI reports the error and stops all ranks. Memory is
-// measured with the counting allocator (memory/CountingAllocator.h), which
-// the trainer installs; bytes allocated outside the model (data, the
-// communicator's buffers of other code) at the start of training are
-// reported apart, so the model's peak is comparable with the plan's.
+// throws on error; the CLI reports the error and stops all ranks. Waits on
+// peers give up after cluster.init_timeout_s until training starts, then
+// cluster.timeout_s (the communicator's watchdog). Memory is measured with
+// the counting allocator (memory/CountingAllocator.h), which the trainer
+// installs; bytes allocated outside the model (data, the communicator's
+// buffers of other code) at the start of training are reported apart, so the
+// model's peak is comparable with the plan's.
+//
+// Note [stopping]: SIGUSR1 (and SIGTERM when not started by mpirun, as under
+// Slurm) asks to stop. Every step ends with a nonblocking all-reduce of this
+// rank's request, read at the end of the next step, so all ranks stop after
+// the same step; they write a checkpoint and train() returns normally.
 #pragma once
 
 #include <memory>
@@ -25,6 +34,7 @@
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
 #include "core/OpGraph.h"
+#include "launcher/Checkpoint.h"
 #include "launcher/Config.h"
 #include "launcher/Metrics.h"
 #include "launcher/ModelSetup.h"
@@ -36,6 +46,10 @@
 
 namespace sluice {
 
+// Note [stopping]'s signal handlers; installed by setUp(), and by the CLI
+// before MPI starts so that a signal during start-up is not fatal.
+void installStopHandlers();
+
 class Trainer {
  public:
   explicit Trainer(Config config);
@@ -44,6 +58,7 @@ class Trainer {
   void setUp();
   void plan();
   void buildStage();
+  void restore();
   void train();
   void report();
   void run();
@@ -57,6 +72,13 @@ class Trainer {
   std::vector<pipeline::MicroBatch> microBatchesFor(int64_t step) const;
   void flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks);
   std::string settingsTable() const;
+  // One step's update, or none when a gradient is not finite on some rank
+  // (training.nan_policy skip; every rank decides alike). Returns the loss.
+  torch::Tensor step(int64_t step, bool* skipped);
+  std::string saveCheckpoint(int64_t stepsDone, double lr);
+  // The plan saved with the checkpoint resumed from, when the pipeline settings are still the same.
+  std::optional<partition::Plan> planOfCheckpoint() const;
+  CheckpointLayout layout() const;
 
   Config c_;
   Communicator world_, pipelineComm_, dpComm_;
@@ -65,6 +87,9 @@ class Trainer {
   std::optional<OpGraph> graph_;
   std::vector<int> cuts_;
   std::optional<partition::Plan> plan_;
+  std::optional<Manifest> resume_;     // the checkpoint to resume from (checkpoint.resume)
+  std::optional<RankState> restored_;  // this rank's part of it, read in plan(), applied in restore()
+  bool resumeSameLayout_ = false;
   memory::MemoryPlan memoryPlan_;
   std::optional<StageGraph> stage_;
   std::string outDir_;
@@ -75,6 +100,9 @@ class Trainer {
   pipeline::ComputeTimes warm_;
   int64_t warmSteps_ = 0;
   int64_t otherBytes_ = 0, modelPeak_ = 0;
+  int64_t startStep_ = 0;  // steps already done (restored from a checkpoint)
+  bool stoppedEarly_ = false;
+  std::vector<std::string> trainableNames_;
 };
 
 }  // namespace sluice

@@ -18,6 +18,8 @@
 #include "launcher/Launch.h"
 #include "launcher/ModelSetup.h"
 #include "launcher/Planning.h"
+#include "launcher/Supervisor.h"
+#include "launcher/Trainer.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
 
@@ -176,14 +178,22 @@ int runPlanShow(int argc, char** argv) {
 
 int runTrainOrWorker(const Args& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
-  if (a.command == "train" && config.worldSize() > 1 && !sluice::Communicator::launchedByMpi()) {
-    auto plan = sluice::localMpirunPlan(config.worldSize(), sluice::selfExecutable(), a.config, a.overrides,
-                                        sluice::hardwareCores(), geteuid() == 0);
+  if (!sluice::Communicator::launchedByMpi()) sluice::checkModelFitsMemory(config, config.worldSize());
+  const bool supervise = config.worldSize() > 1 || config.cluster.maxRestarts > 0;
+  if (a.command == "train" && supervise && !sluice::Communicator::launchedByMpi()) {
+    // mpirun as a child: its output filtered, the root cause named, restarts and preemption handled.
+    sluice::SupervisedJob job;
+    job.plan = sluice::localMpirunPlan(config.worldSize(), sluice::selfExecutable(), a.config, a.overrides,
+                                       sluice::hardwareCores(), geteuid() == 0);
+    job.maxRestarts = config.cluster.maxRestarts;
+    job.resumeHint = "sluice train " + a.config + " (checkpoint.resume: auto resumes from " + config.checkpointDir() +
+                     ")";
     std::string line;
-    for (auto& s : plan.argv) line += (line.empty() ? "" : " ") + s;
+    for (auto& s : job.plan.argv) line += (line.empty() ? "" : " ") + s;
     std::cerr << "sluice: starting " << config.worldSize() << " ranks: " << line << std::endl;
-    sluice::execPlan(plan);
+    return sluice::superviseJob(job);
   }
+  sluice::installStopHandlers();
   sluice::Communicator::initialize(&argc, &argv);
   const int world = sluice::Communicator::world().size();
   try {

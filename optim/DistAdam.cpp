@@ -283,4 +283,49 @@ void DistAdam::load(torch::serialize::InputArchive& archive) {
   }
 }
 
+std::vector<DistAdam::FullState> DistAdam::fullState() {
+  std::vector<FullState> out;
+  const int n = comm_.size();
+  for (auto& s : slots_) {
+    FullState f;
+    f.step = s->step;
+    auto shape = s->param.sizes();
+    if (mode_ == DistAdamMode::AllReduce) {
+      f.expAvg = s->expAvg.clone().view(shape);
+      f.expAvgSq = s->expAvgSq.clone().view(shape);
+    } else {
+      auto m = torch::empty({s->shard * n}), v = torch::empty({s->shard * n});
+      comm_.allGather(s->expAvg, m);
+      comm_.allGather(s->expAvgSq, v);
+      f.expAvg = m.narrow(0, 0, s->numel).clone().view(shape);
+      f.expAvgSq = v.narrow(0, 0, s->numel).clone().view(shape);
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+void DistAdam::setFullState(const std::vector<FullState>& state) {
+  SLUICE_CHECK(state.size() == slots_.size(), OptimError,
+               "DistAdam state has " << state.size() << " parameters, the optimizer " << slots_.size());
+  torch::NoGradGuard noGrad;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    auto& s = *slots_[i];
+    const auto& f = state[i];
+    SLUICE_CHECK(f.expAvg.numel() == s.numel && f.expAvgSq.numel() == s.numel, OptimError,
+                 "DistAdam state for parameter " << i << " has " << f.expAvg.numel() << " elements, the parameter "
+                                                 << s.numel);
+    s.step = f.step;
+    if (mode_ == DistAdamMode::AllReduce) {
+      s.expAvg.copy_(f.expAvg.reshape({-1}));
+      s.expAvgSq.copy_(f.expAvgSq.reshape({-1}));
+    } else {
+      s.expAvg.zero_();
+      s.expAvgSq.zero_();
+      s.expAvg.narrow(0, 0, s.valid).copy_(f.expAvg.reshape({-1}).narrow(0, s.begin, s.valid));
+      s.expAvgSq.narrow(0, 0, s.valid).copy_(f.expAvgSq.reshape({-1}).narrow(0, s.begin, s.valid));
+    }
+  }
+}
+
 }  // namespace sluice::optim

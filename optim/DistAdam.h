@@ -75,6 +75,17 @@ class DistAdam : public torch::optim::Optimizer {
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
+  // Layout-free state (checkpoints that load into another data-parallel
+  // degree): per parameter, exp_avg and exp_avg_sq in the parameter's shape
+  // and the step count. fullState() is collective (it all-gathers the shards);
+  // setFullState() takes this rank's shard of each.
+  struct FullState {
+    torch::Tensor expAvg, expAvgSq;
+    int64_t step = 0;
+  };
+  std::vector<FullState> fullState();
+  void setFullState(const std::vector<FullState>& state);
+
  private:
   struct Slot;
   class Hook;

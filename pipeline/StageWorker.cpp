@@ -170,6 +170,7 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
   for (size_t x = 0; x < actions.size(); ++x) {
     const Action& a = actions[x];
     auto& st = state[a.microBatch];
+    CommActivity activity("micro-batch " + std::to_string(a.microBatch) + ", " + toString(a.kind));
     reapSends();
     if (isCompute(a)) {
       // Post the receives needed up to the next compute action, so they arrive while this one runs.
@@ -190,6 +191,7 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         break;
       }
       case ActionKind::Forward:
+        if (forwardHook_) forwardHook_(a.microBatch);
         forward(a.microBatch, st, microBatches[a.microBatch], lossSum);
         break;
       case ActionKind::SendActivation: {
@@ -235,6 +237,7 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
       }
     }
   }
+  CommActivity activity("the step's last sends");
   for (auto& w : sends_) w.wait();
   sends_.clear();
   return lossSum;

@@ -23,7 +23,9 @@
 // - Boundary values exchange gradients iff the traced value requires grad and
 //   is floating point; both neighbours derive this from the same ValueInfo.
 // - Blocks on MPI; throws CommError if a neighbour sends a tensor whose
-//   shape/dtype differs from the split's ValueInfo.
+//   shape/dtype differs from the split's ValueInfo, or when a wait exceeds the
+//   watchdog (Communicator::setWaitTimeout); errors name the micro-batch and
+//   the action (CommActivity).
 #pragma once
 
 #include <torch/torch.h>
@@ -66,6 +68,8 @@ class StageWorker {
   void setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir);
   // nullptr without a memory plan.
   const memory::StageMemory* memory() const { return memory_.get(); }
+  // Called before every forward with its micro-batch (fault injection in tests).
+  void setForwardHook(std::function<void(int microBatch)> hook) { forwardHook_ = std::move(hook); }
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
@@ -101,6 +105,7 @@ class StageWorker {
   memory::LiveSavedBytes* savedBytes_ = nullptr;
   std::unique_ptr<memory::StageMemory> memory_;
   std::vector<Work> sends_;
+  std::function<void(int)> forwardHook_;
 };
 
 }  // namespace sluice::pipeline

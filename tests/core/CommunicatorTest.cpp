@@ -99,5 +99,56 @@ TEST(Communicator, BroadcastBarrierAndSplit) {
   EXPECT_EQ(s.item<float>(), group.size());
 }
 
+// The watchdog: a receive whose sender never sends gives up after the
+// timeout with a CommError naming the op, the peer, the tag and the activity.
+TEST(Communicator, WaitTimesOutNamingThePeer) {
+  auto c = world();
+  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  if (c.rank() == 0) {
+    Communicator::setWaitTimeout(0.5);
+    CommActivity activity("step 4, micro-batch 1");
+    try {
+      c.recv({{3}, c10::kFloat}, 1, 123);
+      ADD_FAILURE() << "a receive that nobody sends returned";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("timed out after 0.5 s waiting for recv from rank 1 (tag 123) (step 4, "
+                                           "micro-batch 1) on rank 0"),
+                std::string::npos)
+          << e.what();
+    }
+    Communicator::setWaitTimeout(0);
+  }
+  c.barrier();
+}
+
+// A send larger than the posted receive is an MPI error (truncation): with
+// MPI_ERRORS_RETURN it is a CommError naming the op and the peer, not an abort.
+TEST(Communicator, MpiErrorIsACommErrorNotAnAbort) {
+  auto c = world();
+  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  if (c.rank() == 0) c.send(torch::ones({4, 5}), 1, 10);
+  if (c.rank() == 1) {
+    try {
+      c.recv({{2, 5}, c10::kFloat}, 0, 10);
+      ADD_FAILURE() << "a truncated message was accepted";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("recv from rank 0 (tag 10)"), std::string::npos) << e.what();
+    }
+  }
+  c.barrier();
+}
+
+// On a sub-communicator, peers are also named by their world rank.
+TEST(Communicator, PeerNamesGiveTheWorldRank) {
+  auto c = world();
+  if (c.size() < 3) GTEST_SKIP() << "needs 3+ ranks";
+  auto odd = c.split(c.rank() % 2);  // ranks 1, 3, ... and 0, 2, ...
+  if (c.rank() % 2 == 0 && odd.size() > 1) {
+    EXPECT_EQ(odd.peerName(1), "rank 1 (world rank 2)");
+  }
+  EXPECT_EQ(c.peerName(1), "rank 1");
+  c.barrier();
+}
+
 }  // namespace
 }  // namespace sluice

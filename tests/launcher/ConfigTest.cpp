@@ -107,7 +107,34 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"bad dist_adam mode", {"optimizer.name=dist_adam", "optimizer.dist_adam.mode=ring"}, nullptr,
                   "optimizer.dist_adam.mode must be hooks, after_backward or allreduce"},
         Malformed{"byte text needs 256 tokens", {"data.name=text", "model.vocab_size=100"}, nullptr,
-                  "model.vocab_size must be >= 256 for byte-level text"}));
+                  "model.vocab_size must be >= 256 for byte-level text"},
+        Malformed{"empty file", {}, "", "is empty: give at least the model and training sections"},
+        Malformed{"only a comment", {}, "# nothing here\n", "is empty"},
+        Malformed{"bad nan policy", {"training.nan_policy=ignore"}, nullptr,
+                  "training.nan_policy must be abort or skip, got 'ignore'"},
+        Malformed{"negative checkpoint interval", {"checkpoint.interval=-1"}, nullptr,
+                  "checkpoint.interval must be >= 0 (0 = off)"},
+        Malformed{"resume from nowhere", {"checkpoint.resume=/no/such/checkpoint"}, nullptr,
+                  "checkpoint.resume '/no/such/checkpoint' is neither auto, none nor an existing checkpoint directory"},
+        Malformed{"negative restarts", {"cluster.max_restarts=-2"}, nullptr, "cluster.max_restarts must be >= 0"},
+        Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"}));
+
+TEST(Config, CheckpointAndClusterDefaults) {
+  auto c = Config::fromYamlText(kValid, {"job.output_dir=/tmp/run"});
+  EXPECT_EQ(c.checkpoint.interval, 0);
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.checkpointDir(), "/tmp/run/checkpoints");
+  EXPECT_EQ(c.cluster.timeoutS, 600);
+  EXPECT_EQ(c.cluster.maxRestarts, 0);
+  EXPECT_EQ(c.training.nanPolicy, "abort");
+  auto d = Config::fromYamlText(kValid, {"checkpoint.dir=/ckpt", "checkpoint.interval=5", "cluster.timeout_s=3"});
+  EXPECT_EQ(d.checkpointDir(), "/ckpt");
+  EXPECT_EQ(d.checkpoint.interval, 5);
+  EXPECT_DOUBLE_EQ(d.cluster.timeoutS, 3);
+  auto again = Config::fromYamlText(d.toYaml());
+  EXPECT_EQ(again.checkpointDir(), "/ckpt");
+  EXPECT_DOUBLE_EQ(again.cluster.timeoutS, 3);
+}
 
 }  // namespace
 }  // namespace sluice

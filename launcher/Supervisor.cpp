@@ -1,0 +1,205 @@
+#include "launcher/Supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <regex>
+#include <vector>
+
+#include "core/Error.h"
+
+namespace sluice {
+namespace {
+
+volatile sig_atomic_t childPid = 0;
+volatile sig_atomic_t stopRequested = 0;
+
+void onStopSignal(int) {
+  stopRequested = 1;
+  if (childPid > 0) ::kill(childPid, SIGUSR1);
+}
+
+bool isDashes(const std::string& line) {
+  return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos;
+}
+
+// Words of Open MPI's help blocks that only follow a failure.
+bool isFailureBlock(const std::vector<std::string>& block) {
+  static const char* words[] = {"MPI_ABORT", "non-zero status", "non-zero exit", "exited on signal", "terminated normally",
+                                "noticed that", "aborted", "mpiexec has exited"};
+  for (auto& l : block) {
+    for (auto* w : words) {
+      if (l.find(w) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+struct Run {
+  int exitCode = 0;
+  bool signaled = false;
+  bool stoppedEarly = false;  // the ranks said they stopped on request (and checkpointed)
+  std::string cause;
+};
+
+// Runs the plan once; its stderr goes through the filter.
+Run runOnce(const LaunchPlan& plan, int restart) {
+  int fds[2];
+  SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
+  const pid_t pid = ::fork();
+  SLUICE_CHECK(pid >= 0, Error, "cannot fork: " << std::strerror(errno));
+  if (pid == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+    for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
+    setenv("RESTART_COUNT", std::to_string(restart).c_str(), 1);
+    std::vector<char*> args;
+    for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "sluice: cannot start %s: %s (install openmpi-bin, or run scripts/setup.sh)\n",
+                 plan.argv[0].c_str(), std::strerror(errno));
+    std::_Exit(127);
+  }
+  childPid = pid;
+  ::close(fds[1]);
+  if (stopRequested) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
+  Run run;
+  std::string pending;
+  std::vector<std::string> block;
+  bool inBlock = false;
+  std::string causeMessage;
+  auto emit = [&](const std::string& line) {
+    if (line.find("stopped on request after step") != std::string::npos) run.stoppedEarly = true;
+    // The first failing rank's own line is printed once, at the end, as the
+    // root cause; other ranks failing with the same message are not repeated.
+    static const std::string failedMark = "error: this rank failed: ";
+    const auto failedAt = line.find(failedMark);
+    const std::string message = failedAt == std::string::npos ? "" : line.substr(failedAt + failedMark.size());
+    if (run.cause.empty()) {
+      run.cause = rootCauseOf(line);
+      if (!run.cause.empty() && !message.empty()) {
+        causeMessage = message;
+        return;
+      }
+    } else if (!message.empty() && message == causeMessage) {
+      return;
+    }
+    if (isDashes(line)) {
+      if (!inBlock) {
+        inBlock = true;
+        block = {line};
+        return;
+      }
+      block.push_back(line);
+      inBlock = false;
+      if (!isFailureBlock(block)) {
+        for (auto& l : block) std::cerr << l << "\n";
+      }
+      block.clear();
+      return;
+    }
+    if (inBlock) {
+      block.push_back(line);
+      return;
+    }
+    if (!isLauncherNoise(line, false)) std::cerr << line << std::endl;
+  };
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      emit(pending.substr(0, nl));
+      pending.erase(0, nl + 1);
+    }
+  }
+  if (!pending.empty()) emit(pending);
+  for (auto& l : block) std::cerr << l << "\n";  // an unterminated block
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  childPid = 0;
+  if (WIFSIGNALED(status)) {
+    run.signaled = true;
+    run.exitCode = 128 + WTERMSIG(status);
+  } else {
+    run.exitCode = WEXITSTATUS(status);
+  }
+  return run;
+}
+
+}  // namespace
+
+bool isLauncherNoise(const std::string& line, bool inHelpBlock) {
+  if (inHelpBlock) return true;
+  static const char* words[] = {"ORTE_ERROR_LOG", "PMIX ERROR", "mpirun noticed", "mpiexec noticed",
+                                "mpirun: Forwarding signal",
+                                "Primary job  terminated normally", "Primary job terminated normally"};
+  for (auto* w : words) {
+    if (line.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string rootCauseOf(const std::string& line) {
+  static const std::regex failed(R"(\[rank (\d+)\] error: this rank failed: (.*))");
+  static const std::regex died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+  std::smatch m;
+  if (std::regex_search(line, m, failed)) return "rank " + m[1].str() + ": " + m[2].str();
+  if (std::regex_search(line, m, died)) {
+    return "rank " + m[1].str() + " on " + m[2].str() + " died on signal " + m[3].str() + " (" + m[4].str() + ")";
+  }
+  return "";
+}
+
+int superviseJob(const SupervisedJob& job) {
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  for (int restart = 0;; ++restart) {
+    const Run run = runOnce(job.plan, restart);
+    if (run.exitCode == 0) {
+      if (run.stoppedEarly) {
+        std::cerr << "sluice: stopped on request after writing a checkpoint; resume with: " << job.resumeHint
+                  << std::endl;
+      }
+      return 0;
+    }
+    const std::string cause =
+        run.cause.empty() ? "the launcher exited with code " + std::to_string(run.exitCode) : run.cause;
+    if (run.exitCode == 2 && !run.signaled) {  // a bad config: another run would fail the same way
+      std::cerr << "sluice: the job failed: " << cause << std::endl;
+      return 2;
+    }
+    if (stopRequested) {
+      std::cerr << "sluice: asked to stop, but the job ended with code " << run.exitCode
+                << " before it could write a checkpoint (did the signal reach mpirun and the ranks too? send it to "
+                << "this process alone): " << cause << std::endl;
+      return 1;
+    }
+    if (restart >= job.maxRestarts) {
+      std::cerr << "sluice: the job failed: " << cause
+                << (job.maxRestarts > 0 ? " (after " + std::to_string(restart) + " restarts)" : "") << std::endl;
+      return 1;
+    }
+    std::cerr << "sluice: restart " << restart + 1 << " of " << job.maxRestarts << " from the latest checkpoint after: "
+              << cause << std::endl;
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,28 @@
+// optim::adamState / setAdamState: an Adam-family optimizer's state, per
+// parameter and in the parameter's shape, whatever the optimizer keeps
+// internally: what checkpoints store, so that they load into another
+// data-parallel degree or another optimizer of the family.
+//
+// Works for torch::optim::AdamW and optim::DistAdam (collective over its
+// data-parallel group: every rank of it must call). Before the first step a
+// torch::optim::AdamW has no state: the entries are undefined then, and
+// setAdamState with undefined entries leaves the optimizer without state.
+// Throws OptimError for another optimizer or mismatched shapes.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace sluice::optim {
+
+struct AdamState {
+  torch::Tensor expAvg, expAvgSq;  // parameter-shaped; undefined: no state yet
+  int64_t step = 0;
+};
+
+std::vector<AdamState> adamState(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params);
+void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
+                  const std::vector<AdamState>& state);
+
+}  // namespace sluice::optim

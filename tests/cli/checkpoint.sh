@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Checkpoints on real ranks: a job killed (-9) mid-run restarts from its latest
+# checkpoint and ends with the per-step losses of an uninterrupted run,
+# bitwise; a stop on SIGTERM writes a checkpoint, exits 0 and resumes
+# bitwise; a kill during a save leaves the previous checkpoint loadable;
+# checkpoints load into another layout (2 stages -> 1 stage; 1 stage x 2
+# replicas -> 2 stages x 1, DistAdam) within relative 1e-5; broken or foreign
+# checkpoints are refused with nothing written.
+source "$(dirname "$0")/lib.sh"
+cfg="$ROOT/configs/quickstart.yaml"
+small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
+       --set logging.interval=1 --set training.steps=150)
+N=150  # steps: enough (about 2 s) for a SIGTERM to arrive mid-run
+train() {
+  local name=$1; shift
+  timeout 300 "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
+}
+steps() { losses "$TMP/$1/metrics.jsonl" | wc -l; }
+# same A B: bitwise-equal per-step losses, all N steps.
+same() {
+  [ "$(steps "$1")" -eq $N ] && [ "$(steps "$2")" -eq $N ] || fail "$1/$2: expected $N steps, got $(steps "$1") and $(steps "$2")"
+  cmp -s <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl") ||
+    { paste <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl"); fail "losses of $1 and $2 differ"; }
+}
+# close REF OTHER: OTHER's losses within relative 1e-5 of the last as many of REF's.
+close() {
+  local n
+  n=$(steps "$2")
+  [ "$n" -gt 0 ] || fail "$2: no losses"
+  paste <(losses "$TMP/$1/metrics.jsonl" | tail -n "$n") <(losses "$TMP/$2/metrics.jsonl") |
+    awk -v a="$1" -v b="$2" '
+      { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > max) max = r; if (r > 1e-5) bad = 1 }
+      END { printf "%s vs %s: max relative difference over %d steps: %g\n", a, b, NR, max; exit bad }' ||
+    fail "losses of $1 and $2 differ beyond 1e-5"
+}
+
+# The reference: N steps, no interruption (2 stages, cuts from the profile).
+train straight || { cat "$TMP/straight.log"; fail "straight run failed"; }
+
+# kill -9 of rank 1 at step 7 with max_restarts 1 and a checkpoint every 5 steps.
+SLUICE_FAULT=kill:rank=1:step=7 train killed --set checkpoint.interval=5 --set cluster.max_restarts=1 ||
+  { cat "$TMP/killed.log"; fail "killed run did not complete after its restart"; }
+grep -q "sluice: restart 1 of 1 from the latest checkpoint after: rank 1 on .* died on signal 9" "$TMP/killed.log" ||
+  { cat "$TMP/killed.log"; fail "the restart was not logged with its cause"; }
+grep -q "resumed from .*step_00000005 at step 5 (same layout: exact)" "$TMP/killed.log" || fail "did not resume at step 5"
+grep -q "plan: the one saved with" "$TMP/killed.log" || fail "the restart planned anew instead of reusing the plan"
+same straight killed
+echo "ok: kill -9 of rank 1 at step 7, restarted from step 5: $N losses bitwise equal to the uninterrupted run"
+
+# SIGTERM to `sluice train`: the ranks finish their step, checkpoint and exit 0; resuming is bitwise exact.
+# (Not under `timeout`: it would signal the whole process group, mpirun and the ranks too.)
+"$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/term" >"$TMP/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 1500); do grep -q "step 3/$N" "$TMP/term.log" && break; sleep 0.1; done
+grep -q "step 3/$N" "$TMP/term.log" || { kill -9 $pid; cat "$TMP/term.log"; fail "SIGTERM run did not reach step 3"; }
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" -eq 0 ] || { cat "$TMP/term.log"; fail "SIGTERM: exit $rc, expected 0"; }
+grep -q "sluice: stopped on request after writing a checkpoint; resume with: sluice train" "$TMP/term.log" ||
+  { cat "$TMP/term.log"; fail "SIGTERM: no resume line"; }
+stopped=$(grep -o "stopped on request after step [0-9]*" "$TMP/term/logs/rank_0.log" | grep -o "[0-9]*$")
+[ -f "$TMP/term/checkpoints/step_$(printf %08d "$stopped")/manifest.yaml" ] || fail "SIGTERM: no checkpoint of step $stopped"
+[ "$(steps term)" -eq "$stopped" ] || fail "SIGTERM: metrics.jsonl has $(steps term) steps, the checkpoint $stopped"
+train term || { cat "$TMP/term.log"; fail "resume after SIGTERM failed"; }
+grep -q "resumed from .* at step $stopped (same layout: exact)" "$TMP/term/logs/rank_0.log" || fail "did not resume"
+same straight term
+echo "ok: SIGTERM after step $stopped: checkpoint, exit 0; the resumed run's $N losses are bitwise equal (metrics appended)"
+
+# A kill (-9) while the checkpoint of step 8 is written: step 4's stays the latest and loads.
+rc=0
+SLUICE_FAULT=kill_in_checkpoint:rank=1:step=8 train torn --set checkpoint.interval=4 || rc=$?
+[ "$rc" -ne 0 ] || fail "kill during a save: exit 0"
+[ "$(cat "$TMP/torn/checkpoints/latest")" = "step_00000004" ] || fail "latest moved to an incomplete checkpoint"
+[ ! -e "$TMP/torn/checkpoints/step_00000008/manifest.yaml" ] || fail "the torn checkpoint has a manifest"
+ck4="$TMP/ck4" && cp -r "$TMP/torn/checkpoints/step_00000004" "$ck4"  # for the layout tests below (keep_latest_k removes it)
+train torn --set checkpoint.interval=4 || { cat "$TMP/torn.log"; fail "resume after a torn save failed"; }
+grep -q "resumed from .*step_00000004 at step 4" "$TMP/torn/logs/rank_0.log" || fail "did not resume from step 4"
+same straight torn
+echo "ok: killed while saving step 8: step 4's checkpoint stays latest and resumes bitwise"
+
+# Another layout: 2 stages -> 1 stage, from step 4 of the torn run.
+train one --set pipeline.stages=1 --set checkpoint.resume="$ck4" || { cat "$TMP/one.log"; fail "2 -> 1 stage failed"; }
+grep -q "another layout: stages 2 x data_parallel 1 before" "$TMP/one/logs/rank_0.log" || fail "2 -> 1: not resumed"
+[ "$(steps one)" -eq $((N - 4)) ] || fail "2 -> 1: expected steps 4..$((N - 1)), got $(steps one) lines"
+close straight one
+echo "ok: a 2-stage checkpoint resumes on 1 stage"
+
+# 1 stage x 2 replicas (DistAdam) -> 2 stages x 1 (DistAdam): the sharded state regathered and resharded.
+dist=(--set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks)
+train dp2 "${dist[@]}" --set pipeline.stages=1 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set checkpoint.interval=75 || { cat "$TMP/dp2.log"; fail "1x2 run failed"; }
+train pp2 "${dist[@]}" --set pipeline.stages=2 \
+  --set checkpoint.resume="$TMP/dp2/checkpoints/step_00000075" || { cat "$TMP/pp2.log"; fail "1x2 -> 2x1 failed"; }
+grep -q "another layout: stages 1 x data_parallel 2 before" "$TMP/pp2/logs/rank_0.log" || fail "1x2 -> 2x1: not resumed"
+[ "$(steps pp2)" -eq $((N - 75)) ] || fail "1x2 -> 2x1: expected steps 75..$((N - 1)), got $(steps pp2) lines"
+close dp2 pp2
+echo "ok: a 1x2 DistAdam checkpoint resumes on 2x1"
+
+# Broken or foreign checkpoints: a clear message, non-zero exit, nothing written.
+bad="$TMP/bad" && cp -r "$ck4" "$bad"
+truncate -s -100 "$bad/rank_1.tensors"
+expect_failure truncated "rank_1.tensors is truncated" "$TMP/out_truncated" -- \
+  "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/out_truncated" --set checkpoint.resume="$bad"
+rm -rf "$bad" && cp -r "$ck4" "$bad"
+printf '\x55' | dd of="$bad/rank_0.tensors" bs=1 seek=2000 conv=notrunc status=none
+expect_failure corrupted "rank_0.tensors is corrupted: checksum" "$TMP/out_corrupted" -- \
+  "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/out_corrupted" --set checkpoint.resume="$bad"
+expect_failure other_model "was made for another model: model.embd is 64 there and 32 in this config" "$TMP/out_other" -- \
+  "$SLUICE" train "$cfg" "${small[@]}" --set model.embd=32 --set job.output_dir="$TMP/out_other" \
+  --set checkpoint.resume="$ck4"
+expect_failure incomplete "is incomplete or not a checkpoint (no manifest.yaml)" "$TMP/out_incomplete" -- \
+  "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/out_incomplete" \
+  --set checkpoint.resume="$TMP/torn"
+before=$(cd "$TMP/torn" && find . -type f -exec md5sum {} + | sort | md5sum)
+# checkpoint.resume: auto in the run's own folder, with the model changed:
+expect_failure other_model_auto "model.heads is 4 there and 8 in this config" "$TMP/none" -- \
+  "$SLUICE" train "$cfg" "${small[@]}" --set model.heads=8 --set job.output_dir="$TMP/torn"
+after=$(cd "$TMP/torn" && find . -type f -exec md5sum {} + | sort | md5sum)
+[ "$before" = "$after" ] || fail "a refused resume changed the run's files"
+echo "ok: truncated, corrupted, foreign and incomplete checkpoints are refused; nothing written or overwritten"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Failures on real ranks (2-stage jobs under `sluice train`, faults injected
+# with SLUICE_FAULT, see launcher/Faults.h) end the job with the failing rank's
+# message, a non-zero exit and no rank left behind; a stuck rank is named by
+# the watchdog; the NaN policy drops or stops. Each run is bounded by
+# `timeout` so that a hang fails the test instead of stalling CI.
+source "$(dirname "$0")/lib.sh"
+small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
+       --set logging.interval=1 --set training.steps=6)
+
+# run NAME [--set ...]: the job, each output line prefixed with the second it was printed.
+run() {
+  local name=$1; shift
+  timeout 120 "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" "$@" 2>&1 |
+    while IFS= read -r line; do echo "$(date +%s) $line"; done >"$TMP/$name.log"
+  return "${PIPESTATUS[0]}"
+}
+# seconds NAME PATTERN: when the first line matching PATTERN was printed.
+at() { grep -m1 -F -- "$2" "$TMP/$1.log" | cut -d' ' -f1; }
+ended() { tail -1 "$TMP/$1.log" | cut -d' ' -f1; }
+no_rank_left() { ! pgrep -f "job.output_dir=$TMP/$1" >/dev/null || fail "$1: ranks still running"; }
+
+# An exception on either rank of a 2-stage job: both ranks end, with its message once, within 30 s.
+for r in 0 1; do
+  rc=0
+  SLUICE_FAULT=throw:rank=$r:step=2 run throw$r || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/throw$r.log"; fail "throw on rank $r: exit $rc"; }
+  msg="sluice: the job failed: rank $r: SLUICE_FAULT: injected failure in micro-batch 0 of step 2 on rank $r"
+  grep -qF "$msg" "$TMP/throw$r.log" || { cat "$TMP/throw$r.log"; fail "throw on rank $r: no root cause line"; }
+  [ "$(grep -c "injected failure" "$TMP/throw$r.log")" -eq 1 ] || fail "throw on rank $r: message not printed once"
+  ! grep -qE "ORTE_ERROR_LOG|MPI_ABORT was invoked|show_help" "$TMP/throw$r.log" || fail "Open MPI noise printed"
+  took=$(( $(ended throw$r) - $(at throw$r "step 2/6") ))
+  [ "$took" -le 30 ] || fail "throw on rank $r: the job took $took s to end after the failure"
+  no_rank_left throw$r
+  echo "ok: an exception on rank $r ends the job in ${took} s: $msg"
+done
+
+# A stuck rank (SIGSTOP) is named by its peer's watchdog within timeout + 10 s.
+rc=0
+SLUICE_FAULT=hang:rank=0:step=2 run hang --set cluster.timeout_s=3 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/hang.log"; fail "hang: exit $rc"; }
+grep -qE "sluice: the job failed: rank 1: timed out after 3 s waiting for recv from rank 0 \(tag [0-9]+\) \(step 2, micro-batch 0, recv_act\)" \
+  "$TMP/hang.log" || { cat "$TMP/hang.log"; fail "hang: the watchdog did not name rank 0, the step and micro-batch"; }
+took=$(( $(ended hang) - $(at hang "this rank stops answering") ))
+[ "$took" -le 13 ] || fail "hang: named after $took s (timeout 3 s)"
+no_rank_left hang
+echo "ok: a stuck rank 0 is named within $took s: $(grep -o 'timed out after.*recv_act)' "$TMP/hang.log" | head -1)"
+
+# training.nan_policy: skip drops the step on every rank and counts it; abort stops with the parameter's name.
+SLUICE_FAULT=nan:rank=0:step=3 run nan_skip --set training.nan_policy=skip || { cat "$TMP/nan_skip.log"; fail "nan skip: failed"; }
+m="$TMP/nan_skip/metrics.jsonl"
+[ "$(grep -c '"skipped": true' "$m")" -eq 1 ] && grep -q '"step": 3,.*"skipped": true' "$m" ||
+  { cat "$m"; fail "nan skip: step 3 not counted as skipped"; }
+[ "$(losses "$m" | grep -ci nan)" -eq 0 ] || fail "nan skip: a loss is not finite"
+# Skipping the update of step 3 changes every later loss: proof the update was dropped, not the metrics line.
+run nan_none || fail "no-fault run failed"
+[ "$(losses "$m" | sed -n 4p)" = "$(losses "$TMP/nan_none/metrics.jsonl" | sed -n 4p)" ] ||
+  fail "nan skip: step 3's own loss should not change"
+[ "$(losses "$m" | sed -n 5p)" != "$(losses "$TMP/nan_none/metrics.jsonl" | sed -n 5p)" ] ||
+  fail "nan skip: step 4's loss is unchanged, so step 3's update was applied"
+echo "ok: nan_policy skip drops step 3's update on every rank"
+rc=0
+SLUICE_FAULT=nan:rank=0:step=3 run nan_abort || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "nan abort: exit $rc"
+grep -qE "sluice: the job failed: rank 0: step 3: the gradient of \S+ is not finite" "$TMP/nan_abort.log" ||
+  { cat "$TMP/nan_abort.log"; fail "nan abort: no message"; }
+echo "ok: nan_policy abort: $(grep -o 'step 3: the gradient.*finite' "$TMP/nan_abort.log")"
