@@ -110,9 +110,9 @@ std::vector<StageGraph> splitGraph(const OpGraph& g, const std::vector<int>& cut
     SLUICE_CHECK(cuts[i] > prev && cuts[i] < g.numNodes(), GraphError,
                  "cut " << i << " at node " << cuts[i] << " must be in (" << prev << ", " << g.numNodes()
                         << ") so that every stage has at least one node");
-    SLUICE_CHECK(g.isValidCut(cuts[i]), GraphError,
-                 "cut at node " << cuts[i] << " would send a non-tensor value to the next stage; valid cuts near it: "
-                                << nearbyCuts(g, cuts[i]));
+    const std::string why = g.whyInvalidCut(cuts[i]);
+    SLUICE_CHECK(why.empty(), GraphError,
+                 "cut at node " << cuts[i] << " is not valid: " << why << "; valid cuts near it: " << nearbyCuts(g, cuts[i]));
     prev = cuts[i];
   }
   std::unordered_map<std::string, Value*> byName;

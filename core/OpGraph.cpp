@@ -131,6 +131,7 @@ void OpGraph::buildIndex() {
     outputs_.push_back(out->debugName());
     lastUse_[out->debugName()] = numNodes();
   }
+  findInPlaceWrites();
   std::ostringstream key;
   key << graph_->toString();
   for (auto& in : inputs_) {
@@ -152,12 +153,69 @@ std::vector<ValueInfo> OpGraph::liveAcross(int cut) const {
   return live;
 }
 
-bool OpGraph::isValidCut(int cut) const {
-  if (cut <= 0 || cut >= numNodes()) return false;
+bool OpGraph::isValidCut(int cut) const { return whyInvalidCut(cut).empty(); }
+
+std::string OpGraph::whyInvalidCut(int cut) const {
+  if (cut <= 0 || cut >= numNodes()) return "a cut must lie in [1, " + std::to_string(numNodes()) + ")";
   for (auto& v : liveAcross(cut)) {
-    if (!v.isTensor) return false;
+    if (!v.isTensor) return "it would send a non-tensor value (%" + v.name + ") to the next stage";
   }
-  return true;
+  if (writtenAcross_[cut] >= 0) {
+    const auto& n = nodes_[writtenAcross_[cut]];
+    return "node " + std::to_string(n.index) + " (" + n.op +
+           ") writes in place into a value the next stage would receive from this one";
+  }
+  return "";
+}
+
+// Note [in-place across a cut]: a stage receives each boundary value as a
+// fresh leaf that requires grad (its gradient goes back to the sender), and
+// autograd refuses in-place writes into such a leaf or a view of it. In one
+// process the same write goes into an intermediate and is fine (LibTorch's
+// linear, traced, is matmul then add_ into the product). So a cut is invalid
+// between the node producing a value and any later in-place write into it or
+// into a view of it. Aliases follow the schemas' alias annotations: a return
+// annotated like an input (views, in-place results) aliases that input.
+void OpGraph::findInPlaceWrites() {
+  const int n = numNodes();
+  writtenAcross_.assign(n + 1, -1);
+  std::unordered_map<std::string, std::string> rootOf;  // alias -> the value it aliases (transitively)
+  auto root = [&](const std::string& v) {
+    auto it = rootOf.find(v);
+    return it == rootOf.end() ? v : it->second;
+  };
+  for (const auto& node : nodes_) {
+    const torch::jit::Node* ir = node.irNode;
+    if (!ir) continue;
+    if (ir->kind() == c10::prim::ListUnpack || ir->kind() == c10::prim::TupleUnpack) {
+      for (auto* out : ir->outputs()) rootOf[out->debugName()] = root(ir->inputs()[0]->debugName());
+      continue;
+    }
+    const c10::FunctionSchema* schema = ir->maybeSchema();
+    if (!schema) continue;
+    std::string aliased;  // the root of the first input with an alias annotation
+    const size_t args = std::min(schema->arguments().size(), ir->inputs().size());
+    for (size_t i = 0; i < args; ++i) {
+      const auto* info = schema->arguments()[i].alias_info();
+      if (!info) continue;
+      const std::string r = root(ir->inputs()[i]->debugName());
+      if (aliased.empty()) aliased = r;
+      if (!info->isWrite()) continue;
+      auto p = producer_.find(r);
+      if (p == producer_.end() || p->second < 0) continue;  // a graph input: no stage receives it
+      for (int c = p->second + 1; c <= node.index && c <= n; ++c) {
+        if (writtenAcross_[c] < 0) writtenAcross_[c] = node.index;
+      }
+    }
+    if (aliased.empty()) continue;
+    for (size_t j = 0; j < schema->returns().size() && j < ir->outputs().size(); ++j) {
+      // Annotated returns alias; so do the lists of views (split, chunk, unbind: Tensor(a)[]).
+      const auto& ret = schema->returns()[j];
+      if (ret.alias_info() || ret.type()->kind() == c10::TypeKind::ListType) {
+        rootOf[ir->outputs()[j]->debugName()] = aliased;
+      }
+    }
+  }
 }
 
 std::vector<int> OpGraph::validCuts() const {

@@ -14,7 +14,10 @@
 // A cut k (1 <= k < numNodes()) puts nodes [0, k) before and [k, n) after it.
 // liveAcross(k) lists the values a later stage needs from earlier ones: data
 // inputs and node outputs produced before k and read at or after k (or
-// returned by the graph). A cut is valid when all of those are tensors.
+// returned by the graph). A cut is valid when all of those are tensors and
+// no node at or after it writes in place into one of them (or into a view of
+// one): the next stage receives such a value as a leaf that requires grad,
+// and autograd forbids writing into a leaf (see Note [in-place across a cut]).
 //
 // Not thread-safe; capture() holds the tracer (a global) while it runs.
 #pragma once
@@ -77,6 +80,8 @@ class OpGraph {
   // Values needed after cut k that are produced before it (see header comment).
   std::vector<ValueInfo> liveAcross(int cut) const;
   bool isValidCut(int cut) const;
+  // Why cut k is not valid ("" when it is).
+  std::string whyInvalidCut(int cut) const;
   std::vector<int> validCuts() const;
 
   // Info for an IR value by debug name (throws GraphError when unknown).
@@ -96,6 +101,7 @@ class OpGraph {
 
  private:
   void buildIndex();
+  void findInPlaceWrites();
 
   std::shared_ptr<torch::jit::Graph> graph_;
   std::vector<GraphInput> inputs_;
@@ -105,6 +111,7 @@ class OpGraph {
   std::unordered_map<std::string, int> producer_;   // value -> node index (-1: data input)
   std::unordered_map<std::string, int> lastUse_;    // value -> last reading node index (n: graph output)
   std::vector<std::string> liveCandidates_;          // data inputs then node outputs, in order
+  std::vector<int> writtenAcross_;  // cut -> a node at or after it writing into a value from before it (-1: none)
   std::string hash_;
 };
 

@@ -105,5 +105,44 @@ TEST(Split, CutThatWouldSendAListIsRejected) {
   EXPECT_THROW(splitGraph(g, {g.numNodes()}), GraphError);
 }
 
+// The traced linear is matmul then add_ into the product: a cut between them
+// would hand the next stage the product as a leaf that requires grad, which
+// add_ may not write into. Such cuts (also across views of the written value)
+// are not valid, and say why; the cut before the matmul is.
+TEST(Split, CutBeforeAnInPlaceWriteIntoTheBoundaryIsRejected) {
+  torch::manual_seed(0);
+  models::Gpt gpt(test::tinyGpt(1));
+  auto g = test::captureGpt(gpt, 2, 8);
+  int write = -1;
+  for (auto& node : g.nodes()) {
+    if (node.op == "aten::add_" && node.index > 0 && g.nodes()[node.index - 1].op == "aten::matmul") {
+      write = node.index;
+      break;
+    }
+  }
+  ASSERT_GT(write, 0) << "no matmul + add_ (traced linear) in the graph";
+  EXPECT_FALSE(g.isValidCut(write));
+  EXPECT_NE(g.whyInvalidCut(write).find("writes in place"), std::string::npos) << g.whyInvalidCut(write);
+  try {
+    splitGraph(g, {write});
+    FAIL() << "expected GraphError";
+  } catch (const GraphError& e) {
+    EXPECT_NE(std::string(e.what()).find("aten::add_"), std::string::npos) << e.what();
+  }
+  for (int c : g.validCuts()) EXPECT_NE(c, write);
+  // Every valid cut trains: no stage writes into what it received (forward + backward of 2 stages).
+  for (int c : g.validCuts()) {
+    auto stages = splitGraph(g, {c});
+    std::vector<torch::Tensor> carry{torch::randint(0, 64, {2, 8})};
+    for (auto& st : stages) {
+      StageModule m(st.graph, "stage" + std::to_string(st.index));
+      std::vector<torch::Tensor> in;
+      for (auto& t : carry) in.push_back(t.is_floating_point() ? t.detach().requires_grad_(true) : t);
+      for (auto& p : tensorsByName(*gpt, st.paramInputs)) in.push_back(p);
+      ASSERT_NO_THROW(carry = m.forward(in)) << "cut " << c << ", stage " << st.index;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice
