@@ -8,6 +8,7 @@ namespace sluice::log {
 namespace {
 std::mutex mutex;
 int rank = -1;
+std::string host;
 Level consoleLevel = Level::Info;
 std::ofstream file;
 
@@ -25,6 +26,11 @@ const char* levelName(Level level) {
 void setRank(int r) {
   std::lock_guard<std::mutex> lock(mutex);
   rank = r;
+}
+
+void setHost(const std::string& h) {
+  std::lock_guard<std::mutex> lock(mutex);
+  host = h;
 }
 
 void openFile(const std::string& path, bool append) {
@@ -45,7 +51,7 @@ void setConsoleLevel(Level level) {
 
 void write(Level level, const std::string& message) {
   std::lock_guard<std::mutex> lock(mutex);
-  std::string prefix = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  std::string prefix = rank >= 0 ? "[rank " + std::to_string(rank) + (host.empty() ? "" : " on " + host) + "] " : "";
   std::string line = prefix + (level == Level::Info ? "" : std::string(levelName(level)) + ": ") + message;
   // One write per line: a rank's lines must not interleave with another's
   // (mpirun merges the ranks' stderr by write, not by line).

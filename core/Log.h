@@ -8,6 +8,8 @@ namespace sluice::log {
 enum class Level { Debug, Info, Warn, Error };
 
 void setRank(int rank);
+// With a host set, the prefix is "[rank R on HOST] " (jobs on several hosts).
+void setHost(const std::string& host);
 // Opens the per-rank log file (truncated, or appended to when resuming); lines
 // logged afterwards go there too.
 void openFile(const std::string& path, bool append = false);

@@ -2,8 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -18,6 +21,8 @@ const char* typeName() {
   if constexpr (std::is_same_v<T, double>) return "a number";
   if constexpr (std::is_same_v<T, bool>) return "true or false";
   if constexpr (std::is_same_v<T, std::vector<int>>) return "a list of integers";
+  if constexpr (std::is_same_v<T, std::vector<std::string>>) return "a list of strings";
+  if constexpr (std::is_same_v<T, std::map<std::string, std::string>>) return "a mapping of names to values";
   return "an integer";
 }
 
@@ -231,6 +236,18 @@ void validate(Config& c) {
   require(cl.initTimeoutS >= 0, "cluster.init_timeout_s must be >= 0 (0 = no limit), got " +
                                     std::to_string(cl.initTimeoutS));
   require(cl.maxRestarts >= 0, "cluster.max_restarts must be >= 0, got " + std::to_string(cl.maxRestarts));
+  require(in(cl.launcher, {"auto", "mpirun", "slurm"}),
+          "cluster.launcher must be auto, mpirun or slurm, got '" + cl.launcher + "'");
+  require(!cl.rshAgent.empty(), "cluster.rsh_agent must name a program (default ssh)");
+  require(cl.nodes >= 0, "cluster.nodes must be >= 0 (0 = from the hostfile or the Slurm allocation), got " +
+                             std::to_string(cl.nodes));
+  require(cl.masterPort > 0 && cl.masterPort < 65536,
+          "cluster.master_port must be in [1, 65535], got " + std::to_string(cl.masterPort));
+  for (auto& [name, value] : cl.env) {
+    const bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                    std::all_of(name.begin(), name.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+    require(ok, "cluster.env: '" + name + "' is not a variable name (letters, digits and _, not starting with a digit)");
+  }
 }
 
 Config parse(const YAML::Node& root) {
@@ -320,6 +337,14 @@ Config parse(const YAML::Node& root) {
   cluster.get("timeout_s", c.cluster.timeoutS);
   cluster.get("init_timeout_s", c.cluster.initTimeoutS);
   cluster.get("max_restarts", c.cluster.maxRestarts);
+  cluster.get("hostfile", c.cluster.hostfile);
+  cluster.get("launcher", c.cluster.launcher);
+  cluster.get("interface", c.cluster.interface);
+  cluster.get("rsh_agent", c.cluster.rshAgent);
+  cluster.get("extra_mpirun_args", c.cluster.extraMpirunArgs);
+  cluster.get("env", c.cluster.env);
+  cluster.get("nodes", c.cluster.nodes);
+  cluster.get("master_port", c.cluster.masterPort);
   cluster.finish();
   validate(c);
   return c;
@@ -408,7 +433,14 @@ std::string Config::toYaml() const {
     << checkpoint.keepLatestK << YAML::Key << "resume" << YAML::Value << checkpoint.resume << YAML::EndMap;
   e << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap << YAML::Key << "timeout_s" << YAML::Value
     << cluster.timeoutS << YAML::Key << "init_timeout_s" << YAML::Value << cluster.initTimeoutS << YAML::Key
-    << "max_restarts" << YAML::Value << cluster.maxRestarts << YAML::EndMap;
+    << "max_restarts" << YAML::Value << cluster.maxRestarts << YAML::Key << "hostfile" << YAML::Value
+    << cluster.hostfile << YAML::Key << "launcher" << YAML::Value << cluster.launcher << YAML::Key << "interface"
+    << YAML::Value << cluster.interface << YAML::Key << "rsh_agent" << YAML::Value << cluster.rshAgent << YAML::Key
+    << "extra_mpirun_args" << YAML::Value << YAML::Flow << cluster.extraMpirunArgs << YAML::Key << "env"
+    << YAML::Value << YAML::BeginMap;
+  for (auto& [name, value] : cluster.env) e << YAML::Key << name << YAML::Value << value;
+  e << YAML::EndMap << YAML::Key << "nodes" << YAML::Value << cluster.nodes << YAML::Key << "master_port"
+    << YAML::Value << cluster.masterPort << YAML::EndMap;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

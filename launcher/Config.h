@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,15 @@ struct ClusterConfig {
   double timeoutS = 600;       // cluster.timeout_s: a wait on a peer longer than this ends the job (0 = never)
   double initTimeoutS = 1800;  // cluster.init_timeout_s: the same during start-up (capture, profiling, planning)
   int maxRestarts = 0;         // cluster.max_restarts: restarts from the latest checkpoint after a failure
+  // `sluice launch` (several machines; see launcher/ClusterLaunch.h):
+  std::string hostfile;                        // cluster.hostfile: "host slots=N" lines
+  std::string launcher = "auto";               // auto (slurm inside an allocation, else mpirun) | mpirun | slurm
+  std::string interface;                       // network interface for MPI traffic ("" = Open MPI's choice)
+  std::string rshAgent = "ssh";                // how mpirun reaches the other hosts (plm_rsh_agent)
+  std::vector<std::string> extraMpirunArgs;    // appended to the mpirun command before the program
+  std::map<std::string, std::string> env;      // variables set for every rank
+  int nodes = 0;                               // Slurm nodes; 0 = the hostfile's hosts or the allocation's
+  int masterPort = 29500;                      // MASTER_PORT exported to ranks
 };
 
 struct PipelineConfig {

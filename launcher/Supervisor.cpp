@@ -31,7 +31,7 @@ bool isDashes(const std::string& line) {
 // Words of Open MPI's help blocks that only follow a failure.
 bool isFailureBlock(const std::vector<std::string>& block) {
   static const char* words[] = {"MPI_ABORT", "non-zero status", "non-zero exit", "exited on signal", "terminated normally",
-                                "noticed that", "aborted", "mpiexec has exited"};
+                                "noticed that", "aborted", "mpiexec has exited", "unexpectedly disconnected"};
   for (auto& l : block) {
     for (auto* w : words) {
       if (l.find(w) != std::string::npos) return true;
@@ -146,7 +146,9 @@ Run runOnce(const LaunchPlan& plan, int restart) {
 bool isLauncherNoise(const std::string& line, bool inHelpBlock) {
   if (inHelpBlock) return true;
   static const char* words[] = {"ORTE_ERROR_LOG", "PMIX ERROR", "mpirun noticed", "mpiexec noticed",
-                                "mpirun: Forwarding signal",
+                                "mpirun: Forwarding signal", "srun: error:", "srun: Job step aborted",
+                                "srun: forcing job termination", "slurmstepd: error: ***", "srun: launch/slurm:",
+                                "srun: Terminating StepId", "srun: got SIGCONT", "srun: sending Ctrl-C",
                                 "Primary job  terminated normally", "Primary job terminated normally"};
   for (auto* w : words) {
     if (line.find(w) != std::string::npos) return true;
@@ -155,12 +157,17 @@ bool isLauncherNoise(const std::string& line, bool inHelpBlock) {
 }
 
 std::string rootCauseOf(const std::string& line) {
-  static const std::regex failed(R"(\[rank (\d+)\] error: this rank failed: (.*))");
+  static const std::regex failed(R"(\[rank (\d+)( on [^\]]+)?\] error: this rank failed: (.*))");
   static const std::regex died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+  // srun: "srun: error: h2: task 3: Killed" (the first to fail; later ones say Terminated or Killed too).
+  static const std::regex srunTask(R"(srun: error: (\S+): tasks? (\d+)[-,\d]*: (.*))");
   std::smatch m;
-  if (std::regex_search(line, m, failed)) return "rank " + m[1].str() + ": " + m[2].str();
+  if (std::regex_search(line, m, failed)) return "rank " + m[1].str() + m[2].str() + ": " + m[3].str();
   if (std::regex_search(line, m, died)) {
     return "rank " + m[1].str() + " on " + m[2].str() + " died on signal " + m[3].str() + " (" + m[4].str() + ")";
+  }
+  if (std::regex_search(line, m, srunTask)) {
+    return "rank " + m[2].str() + " on " + m[1].str() + ": " + m[3].str();
   }
   return "";
 }

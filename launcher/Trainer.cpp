@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -29,19 +30,6 @@ namespace sluice {
 namespace fs = std::filesystem;
 
 namespace {
-
-int envInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-
-// The torchrun names, for user code and libraries that read them.
-void exportRankEnv(int rank, int world) {
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)).c_str(), 1);
-}
 
 int64_t allocatedNow() { return memory::allocatorStats().currentBytes; }
 
@@ -95,8 +83,10 @@ void Trainer::setUp() {
                "config error: the job needs pipeline.stages (" << c_.pipeline.stages << ") x pipeline.data_parallel ("
                    << c_.pipeline.dataParallel << ") = " << c_.worldSize() << " ranks but MPI started "
                    << world_.size());
-  exportRankEnv(rank_, world_.size());
-  threads_ = threadsForRank(c_, hardwareCores(), envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  place_ = discoverPlace(world_);
+  exportTorchrunNames(place_, c_.cluster.masterPort);
+  if (place_.nodes > 1) log::setHost(place_.host);
+  threads_ = threadsForRank(c_, hardwareCores(), place_.localSize);
   at::set_num_threads(threads_);
   setup_ = makeModelSetup(c_);
   graph_.emplace(setup_.capture(c_.training.microBatchSize));
@@ -179,6 +169,7 @@ void Trainer::buildStage() {
   }
   world_.barrier();
   log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string(), /*append=*/resume_.has_value());
+  log::info(describePlace(place_) + ", " + std::to_string(threads_) + " threads; " + torchrunNamesText());
   if (rank_ == 0) {
     log::info("resolved config\n" + c_.toYaml() + settingsTable() + "data: " + setup_.dataset->describe());
     if (plan_) {
@@ -583,7 +574,16 @@ std::string Trainer::settingsTable() const {
                                                          " per stage" + (c_.memory.hardLimit ? " (hard limit)" : "")
                                                    : std::string("none"));
   row("memory", memoryText);
-  row("threads per rank", std::to_string(threads_));
+  row("threads per rank", std::to_string(threads_) + (place_.nodes > 1 ? " on " + place_.host + " (each host: its cores / its ranks)" : ""));
+  std::vector<std::string> hosts;
+  std::map<std::string, std::string> onHost;
+  for (int r = 0; r < static_cast<int>(place_.hostOfRank.size()); ++r) {
+    const auto& h = place_.hostOfRank[r];
+    if (!onHost.count(h)) hosts.push_back(h);
+    onHost[h] += " (stage " + std::to_string(r % c_.pipeline.stages) + ", replica " +
+                 std::to_string(r / c_.pipeline.stages) + ")";
+  }
+  for (auto& h : hosts) row("host " + h, onHost[h].substr(1));
   row("BLAS", blasKind());
   row("LibTorch", torchVersion());
   row("MPI", mpiLibraryVersion());

@@ -38,6 +38,7 @@
 #include "launcher/Config.h"
 #include "launcher/Metrics.h"
 #include "launcher/ModelSetup.h"
+#include "launcher/RankEnv.h"
 #include "memory/MemoryPlan.h"
 #include "memory/SavedTensorHooks.h"
 #include "optim/LrSchedule.h"
@@ -83,6 +84,7 @@ class Trainer {
   Config c_;
   Communicator world_, pipelineComm_, dpComm_;
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
+  RankPlace place_;
   ModelSetup setup_;
   std::optional<OpGraph> graph_;
   std::vector<int> cuts_;

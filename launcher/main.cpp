@@ -11,8 +11,10 @@
 
 #include "core/Communicator.h"
 #include "core/Error.h"
+#include "core/Files.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
+#include "launcher/ClusterLaunch.h"
 #include "launcher/Config.h"
 #include "launcher/Job.h"
 #include "launcher/Launch.h"
@@ -37,6 +39,11 @@ constexpr const char* kUsage =
     "commands:\n"
     "  train CONFIG [--set key=value]...   train from a YAML config; starts mpirun itself when the\n"
     "                                      config needs more than one rank\n"
+    "  launch CONFIG [--hostfile F] [--set key=value]... [--dry-run] [--sbatch FILE]\n"
+    "                                      start the job on several machines: mpirun over a hostfile\n"
+    "                                      (cluster.hostfile) or srun inside a Slurm allocation\n"
+    "                                      (cluster.launcher); --dry-run prints the command only,\n"
+    "                                      --sbatch writes a batch script that runs this launch\n"
     "  worker CONFIG [--set key=value]...  one rank of a job (what mpirun/srun start)\n"
     "  graph CONFIG [--set key=value]... [-o FILE]\n"
     "                                      capture the model, print one line per node (the indices\n"
@@ -53,7 +60,8 @@ constexpr const char* kUsage =
     "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
 
 struct Args {
-  std::string command, config, output, profile, method, budgetMb;
+  std::string command, config, output, profile, method, budgetMb, hostfile, sbatch;
+  bool dryRun = false;
   std::vector<std::string> overrides;
 };
 
@@ -63,7 +71,10 @@ Args parseArgs(int argc, char** argv) {
   a.command = argv[1];
   for (int i = 2; i < argc; ++i) {
     std::string s = argv[i];
-    if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb") {
+    if (s == "--dry-run" && a.command == "launch") {
+      a.dryRun = true;
+    } else if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb" ||
+               ((s == "--hostfile" || s == "--sbatch") && a.command == "launch")) {
       if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);
       std::string v = argv[++i];
       if (s == "--set") a.overrides.push_back(v);
@@ -71,6 +82,8 @@ Args parseArgs(int argc, char** argv) {
       if (s == "--profile") a.profile = v;
       if (s == "--method") a.method = v;
       if (s == "--budget-mb") a.budgetMb = v;
+      if (s == "--hostfile") a.hostfile = v;
+      if (s == "--sbatch") a.sbatch = v;
     } else if (s.rfind("--set=", 0) == 0) {
       a.overrides.push_back(s.substr(6));
     } else if (!s.empty() && s[0] == '-') {
@@ -209,6 +222,54 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
   return 0;
 }
 
+// `sluice launch`: the job's ranks on several machines (launcher/ClusterLaunch.h).
+int runLaunch(Args a) {
+  if (!a.hostfile.empty()) a.overrides.push_back("cluster.hostfile=" + a.hostfile);
+  auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
+  sluice::LaunchRequest request;
+  request.self = sluice::selfExecutable();
+  request.configPath = std::filesystem::absolute(a.config).lexically_normal().string();
+  request.overrides = a.overrides;
+  request.asRoot = geteuid() == 0;
+  const auto engine = sluice::chooseEngine(config);
+  sluice::LaunchPlan plan;
+  std::string where;
+  if (!a.sbatch.empty() || engine == sluice::LaunchEngine::Slurm) {
+    const int nodes = sluice::slurmNodes(config);
+    if (!a.sbatch.empty()) {
+      const std::string script = sluice::sbatchScript(config, nodes, request);
+      sluice::writeFileAtomically(a.sbatch, script);
+      std::filesystem::permissions(a.sbatch, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+      std::cout << script << "wrote " << a.sbatch << "; submit it with: sbatch " << a.sbatch << std::endl;
+      return 0;
+    }
+    plan = sluice::srunPlan(config, nodes, request);
+    where = std::to_string(nodes) + " Slurm node" + (nodes > 1 ? "s" : "") + " with srun";
+  } else {
+    SLUICE_CHECK(!config.cluster.hostfile.empty(), sluice::ConfigError,
+                 "launch error: mpirun needs the hosts: set cluster.hostfile or pass --hostfile FILE (one machine: "
+                 "use sluice train)");
+    auto hosts = sluice::readHostfile(config.cluster.hostfile);
+    auto placement = sluice::placeRanks(hosts, config.pipeline.stages, config.pipeline.dataParallel);
+    plan = sluice::mpirunClusterPlan(config, hosts, request);
+    std::cerr << "sluice: " << config.worldSize() << " ranks on " << hosts.size() << " host"
+              << (hosts.size() > 1 ? "s" : "") << " (" << config.cluster.hostfile << "):\n"
+              << sluice::placementTable(placement);
+    where = "mpirun";
+  }
+  const std::string line = sluice::commandLine(plan);
+  if (a.dryRun) {
+    std::cout << line << std::endl;
+    return 0;
+  }
+  std::cerr << "sluice: launching " << config.worldSize() << " ranks (" << where << "): " << line << std::endl;
+  sluice::SupervisedJob job;
+  job.plan = plan;
+  job.maxRestarts = config.cluster.maxRestarts;
+  job.resumeHint = "sluice launch " + a.config + " (checkpoint.resume: auto resumes from " + config.checkpointDir() + ")";
+  return sluice::superviseJob(job);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,6 +285,7 @@ int main(int argc, char** argv) {
     Args a = parseArgs(argc, argv);
     if (a.config.empty()) throw sluice::ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + kUsage);
     if (a.command == "train" || a.command == "worker") return runTrainOrWorker(a, argc, argv);
+    if (a.command == "launch") return runLaunch(a);
     if (a.command == "graph") return runGraph(a);
     if (a.command == "profile") return runProfile(a, argc, argv);
     if (a.command == "partition") return runPartition(a);

@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
   e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
+  iproute2                  # tests: the test cluster (network namespaces, veth, bridge)
 )
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
