@@ -59,10 +59,13 @@ void onStop(int) { stopAsked = true; }
 }  // namespace
 
 void installStopHandlers() {
-  // Note [stopping]: mpirun forwards SIGUSR1; SIGTERM is mpirun's own way to
-  // end a job, so it stays fatal under mpirun and asks to stop elsewhere.
+  // Note [stopping]: mpirun and srun forward SIGUSR1; SIGTERM is their own way
+  // to end a job (srun --kill-on-bad-exit sends it when a task dies, and waits
+  // KillWait, 30 s by default, before SIGKILL), so it stays fatal under a
+  // launcher and asks to stop only in a process started alone. `sluice train`
+  // and `sluice launch` turn a SIGTERM they get into SIGUSR1 for the ranks.
   std::signal(SIGUSR1, onStop);
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE")) std::signal(SIGTERM, onStop);
+  if (!Communicator::launchedByMpi() && !std::getenv("SLURM_PROCID")) std::signal(SIGTERM, onStop);
 }
 
 void Trainer::setUp() {

@@ -238,6 +238,8 @@ int runLaunch(Args a) {
     const int nodes = sluice::slurmNodes(config);
     if (!a.sbatch.empty()) {
       const std::string script = sluice::sbatchScript(config, nodes, request);
+      // Slurm opens the job's output file (under job.output_dir) before the script runs.
+      std::filesystem::create_directories(config.job.outputDir);
       sluice::writeFileAtomically(a.sbatch, script);
       std::filesystem::permissions(a.sbatch, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
       std::cout << script << "wrote " << a.sbatch << "; submit it with: sbatch " << a.sbatch << std::endl;

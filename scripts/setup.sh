@@ -12,6 +12,7 @@ packages=(
   fortunes                  # real text for the byte-level GPT
   e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
   iproute2                  # tests: the test cluster (network namespaces, veth, bridge)
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: Slurm on the test cluster
 )
 [ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
