@@ -40,8 +40,13 @@ trap 'cluster_down; rm -rf "$TMP"' EXIT
 # Host H's namespaces are those of its holder, a process that sleeps in them;
 # on_host and the rsh agent enter them by its pid ($CLUSTER_RUN/H.pid).
 cluster_up() {
-  local n=$1 i
+  local n=$1 i d
   mkdir -p "$CLUSTER_RUN"
+  CLUSTER_SHARED_TMP=""
+  for d in "$ROOT" "$(dirname "$SLUICE")"; do
+    d=$(realpath "$d")
+    case "$d" in /tmp/*) CLUSTER_SHARED_TMP+=" $d" ;; esac
+  done
   printf '127.0.0.1 localhost\n' >"$CLUSTER_RUN/hosts"
   for (( i = 1; i <= n; i++ )); do printf '%s.%d h%d\n' "$SUBNET" $((i + 1)) "$i" >>"$CLUSTER_RUN/hosts"; done
   ip netns add "${NS}br" && ip -n "${NS}br" link add br0 type bridge && ip -n "${NS}br" link set br0 up &&
@@ -56,16 +61,28 @@ cluster_up() {
       ip -n "${NS}$h" addr add "$SUBNET.$((i + 1))/24" dev eth0 &&
       ip -n "${NS}$h" link set eth0 up && ip -n "${NS}$h" link set lo up || fail "cannot wire $h"
     mkfifo "$CLUSTER_RUN/$h.ready"
+    # The private /tmp still shows the shared folders that live under /tmp
+    # (the project and build, when cloned there), as a shared file system
+    # would: bound aside, /tmp covered, bound back at the same path.
+    {
     nsenter --net="/run/netns/${NS}$h" unshare --mount --uts --propagation private sh -c "
-      hostname $h &&
-      mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
-      mount --bind $CLUSTER_RUN/hosts /etc/hosts && echo ready >$CLUSTER_RUN/$h.ready && exec sleep infinity
-      echo failed >$CLUSTER_RUN/$h.ready" </dev/null >/dev/null 2>&1 &
-    echo $! >"$CLUSTER_RUN/$h.pid"
-    disown $!  # killed by cluster_down, without the shell reporting it
+      set -e
+      hostname $h
+      i=0; for d in $CLUSTER_SHARED_TMP; do
+        mkdir -p $CLUSTER_RUN/$h.keep\$i; mount --bind \$d $CLUSTER_RUN/$h.keep\$i; i=\$((i + 1)); done
+      mount -t tmpfs -o mode=1777 tmpfs /tmp
+      i=0; for d in $CLUSTER_SHARED_TMP; do
+        mkdir -p \$d; mount --move $CLUSTER_RUN/$h.keep\$i \$d; i=\$((i + 1)); done
+      mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+      mount --bind $CLUSTER_RUN/hosts /etc/hosts
+      echo \$\$ >$CLUSTER_RUN/$h.pid
+      echo ready >$CLUSTER_RUN/$h.ready
+      exec sleep infinity" </dev/null >"$CLUSTER_RUN/$h.holder.log" 2>&1
+    } </dev/null >/dev/null 2>&1 &
+    disown $!  # the holder writes its pid (it becomes the sleep); killed by cluster_down, unreported
     local state
-    state=$(timeout 20 cat "$CLUSTER_RUN/$h.ready") || true
-    [ "$state" = ready ] || fail "cannot make $h's mounts and hostname"
+    state=$(timeout 20 cat "$CLUSTER_RUN/$h.ready") || true  # nothing comes when the holder failed
+    [ "$state" = ready ] || { cat "$CLUSTER_RUN/$h.holder.log"; fail "cannot make $h's mounts and hostname"; }
   done
   # Every host is who it says, and knows every other by name.
   for (( i = 1; i <= n; i++ )); do
@@ -77,7 +94,7 @@ cluster_up() {
 on_host() {
   local h=$1
   shift
-  nsenter --target "$(cat "$CLUSTER_RUN/$h.pid")" --net --mount --uts --wd="$PWD" -- "$@"
+  nsenter --target "$(cat "$CLUSTER_RUN/$h.pid")" --net --mount --uts --wd="$WORK" -- "$@"
 }
 
 host_bytes() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `sluice launch` under Slurm across two hosts of a test cluster (lib.sh):
-# munged and slurmctld on h1, a slurmd on each host (entered with nsenter, so
+# munged and slurmctld on the head host h1 (where jobs are submitted), a
+# slurmd on each compute host h2 and h3 (entered with nsenter, so
 # /sys/fs/cgroup stays visible to Slurm 22.05), all with their own files and
 # ports under the cluster's run directory. 2 stages x 2 replicas (DistAdam)
 # started by `srun --mpi=pmix` train with the per-step losses of 1 process
@@ -24,7 +25,7 @@ twobytwo=(--set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.
   { cat "$TMP/one.log"; fail "1-process run"; }
 
 t0=$(date +%s.%N)
-cluster_up 2
+cluster_up 3
 S="$CLUSTER_RUN/slurm"
 mkdir -p "$S/state" "$S/munge"
 chmod 700 "$S/munge"
@@ -58,14 +59,14 @@ SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
-NodeName=h1 NodeAddr=$SUBNET.2 CPUs=2 State=UNKNOWN
 NodeName=h2 NodeAddr=$SUBNET.3 CPUs=2 State=UNKNOWN
-PartitionName=test Nodes=h1,h2 Default=YES MaxTime=INFINITE State=UP
+NodeName=h3 NodeAddr=$SUBNET.4 CPUs=2 State=UNKNOWN
+PartitionName=test Nodes=h2,h3 Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF="$S/slurm.conf"
 on_host h1 slurmctld -i || { cat "$S/slurmctld.log" 2>/dev/null; fail "slurmctld"; }
-on_host h1 slurmd -N h1 || { cat "$S/slurmd-h1.log" 2>/dev/null; fail "slurmd on h1"; }
 on_host h2 slurmd -N h2 || { cat "$S/slurmd-h2.log" 2>/dev/null; fail "slurmd on h2"; }
+on_host h3 slurmd -N h3 || { cat "$S/slurmd-h3.log" 2>/dev/null; fail "slurmd on h3"; }
 # Wait (bounded) for both nodes to register as idle.
 for (( i = 0; i < 60; i++ )); do
   [ "$(on_host h1 sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle')" -eq 2 ] && break
@@ -73,7 +74,7 @@ for (( i = 0; i < 60; i++ )); do
   sleep 0.5  # polling the nodes' state (bounded), not waiting in their place
 done
 [ "$(on_host h1 sinfo -h -N -o '%T' | grep -c '^idle')" -eq 2 ] || { cat "$TMP/sinfo" "$S/slurmctld.log"; fail "the Slurm nodes did not come up"; }
-echo "Slurm cluster of 2 hosts up in $(since "$t0") s"
+echo "Slurm cluster up (head h1, compute h2 and h3) in $(since "$t0") s"
 
 # --dry-run: the srun command.
 launch=(--set cluster.launcher=slurm --set cluster.nodes=2 --set cluster.interface=eth0
@@ -86,11 +87,11 @@ echo "ok: --dry-run prints: $(cut -c1-150 "$TMP/dry.out")..."
 
 t0=$(date +%s.%N)
 on_host h1 "$SLUICE" launch "$CFG" "${small[@]}" "${twobytwo[@]}" "${launch[@]}" --set job.output_dir="$WORK/srun" \
-  >"$TMP/srun.log" 2>&1 || { cat "$TMP/srun.log" "$S/slurmd-h2.log"; fail "2 x 2 under srun"; }
+  >"$TMP/srun.log" 2>&1 || { cat "$TMP/srun.log" "$S/slurmd-h3.log"; fail "2 x 2 under srun"; }
 took=$(since "$t0")
 compare_losses "$WORK/one" "$WORK/srun" $STEPS
-grep -q "rank 3 of 4 on host h2 (node 1 of 2, local rank 1 of 2; started by slurm)" "$WORK/srun/logs/rank_3.log" &&
-  grep -q "RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 GROUP_RANK=1 MASTER_ADDR=h1 MASTER_PORT=29500" \
+grep -q "rank 3 of 4 on host h3 (node 1 of 2, local rank 1 of 2; started by slurm)" "$WORK/srun/logs/rank_3.log" &&
+  grep -q "RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=1 GROUP_RANK=1 MASTER_ADDR=h2 MASTER_PORT=29500" \
     "$WORK/srun/logs/rank_3.log" || { head -3 "$WORK/srun/logs/rank_3.log"; fail "rank 3's log does not name its host and torchrun variables"; }
 echo "ok: 2 stages x 2 replicas under srun --mpi=pmix on 2 hosts in $took s (launch to exit), losses equal to 1 process"
 
@@ -106,7 +107,7 @@ on_host h1 sbatch --wait "$WORK/job.sbatch" >"$TMP/sbatch.log" 2>&1 ||
 compare_losses "$WORK/one" "$WORK/batch" $STEPS
 echo "ok: the script from --sbatch ran under sbatch in $(since "$t0") s, losses equal to 1 process"
 
-# A rank killed (SIGKILL) on h2: srun ends every task on both hosts; the message names h2 and rank 3.
+# A rank killed (SIGKILL) on h3: srun ends every task on both hosts; the message names h3 and rank 3.
 set +e
 on_host h1 timeout 60 "$SLUICE" launch "$CFG" "${small[@]}" "${twobytwo[@]}" "${launch[@]}" --set job.output_dir="$WORK/killed" \
   --set "cluster.env={OMPI_MCA_mpi_yield_when_idle: '1', SLUICE_FAULT: 'kill:rank=3:step=3'}" 2>&1 |
@@ -114,13 +115,13 @@ on_host h1 timeout 60 "$SLUICE" launch "$CFG" "${small[@]}" "${twobytwo[@]}" "${
 rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/killed.log"; fail "killed rank under srun: exit $rc"; }
-grep -qE "sluice: the job failed: rank 3 on h2: Killed" "$TMP/killed.log" ||
-  { cat "$TMP/killed.log"; fail "killed rank under srun: the message does not name rank 3 on h2"; }
+grep -qE "sluice: the job failed: rank 3 on h3: Killed" "$TMP/killed.log" ||
+  { cat "$TMP/killed.log"; fail "killed rank under srun: the message does not name rank 3 on h3"; }
 killed_at=$(grep -m1 "SLUICE_FAULT: this rank dies" "$TMP/killed.log" | cut -d' ' -f1)
 ended_at=$(tail -1 "$TMP/killed.log" | cut -d' ' -f1)
 kill_to_exit=$(awk -v a="$killed_at" -v b="$ended_at" 'BEGIN { printf "%.1f", b - a }')
 awk -v t="$kill_to_exit" 'BEGIN { exit !(t <= 30) }' || fail "killed rank under srun: the job took $kill_to_exit s to end"
-for h in h1 h2; do
+for h in h1 h2 h3; do
   ! on_host "$h" pgrep -f "job.output_dir=$WORK/killed" >/dev/null || fail "killed rank under srun: ranks left running on $h"
 done
-echo "ok: rank 3 killed on h2 under srun: the job ended on both hosts $kill_to_exit s later (exit $rc): $(grep -o 'sluice: the job failed.*' "$TMP/killed.log")"
+echo "ok: rank 3 killed on h3 under srun: the job ended on both hosts $kill_to_exit s later (exit $rc): $(grep -o 'sluice: the job failed.*' "$TMP/killed.log")"
