@@ -231,6 +231,10 @@ void validate(Config& c) {
   require(!ck.resume.empty(), "checkpoint.resume must be auto, none or a checkpoint directory");
   require(in(ck.resume, {"auto", "none"}) || std::filesystem::is_directory(ck.resume),
           "checkpoint.resume '" + ck.resume + "' is neither auto, none nor an existing checkpoint directory");
+  for (int s : c.logging.traceSteps) {
+    require(s >= 0 && s < c.training.steps, "logging.trace_steps: step " + std::to_string(s) +
+                                                " is outside [0, training.steps = " + std::to_string(c.training.steps) + ")");
+  }
   auto& cl = c.cluster;
   require(cl.timeoutS >= 0, "cluster.timeout_s must be >= 0 (0 = no limit), got " + std::to_string(cl.timeoutS));
   require(cl.initTimeoutS >= 0, "cluster.init_timeout_s must be >= 0 (0 = no limit), got " +
@@ -326,6 +330,8 @@ Config parse(const YAML::Node& root) {
   MapReader logging(root, "logging");
   logging.get("interval", c.logging.interval);
   logging.get("measure_memory", c.logging.measureMemory);
+  logging.get("trace", c.logging.trace);
+  logging.get("trace_steps", c.logging.traceSteps);
   logging.finish();
   MapReader checkpoint(root, "checkpoint");
   checkpoint.get("dir", c.checkpoint.dir);
@@ -427,7 +433,9 @@ std::string Config::toYaml() const {
     << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::EndMap
     << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
-    << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::EndMap;
+    << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::Key
+    << "trace" << YAML::Value << logging.trace << YAML::Key << "trace_steps" << YAML::Value << YAML::Flow
+    << logging.traceSteps << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << checkpoint.dir
     << YAML::Key << "interval" << YAML::Value << checkpoint.interval << YAML::Key << "keep_latest_k" << YAML::Value
     << checkpoint.keepLatestK << YAML::Key << "resume" << YAML::Value << checkpoint.resume << YAML::EndMap;

@@ -112,6 +112,8 @@ struct MemoryConfig {
 struct LoggingConfig {
   int64_t interval = 10;        // steps between progress lines (and loss reads)
   bool measureMemory = false;   // logging.measure_memory: count saved-tensor bytes while training (rank logs)
+  bool trace = false;           // logging.trace: a timeline of the traced steps in output_dir/trace.json
+  std::vector<int> traceSteps;  // logging.trace_steps: steps to trace; empty = the two after warm-up
 };
 
 struct Config {

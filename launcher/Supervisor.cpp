@@ -149,6 +149,7 @@ bool isLauncherNoise(const std::string& line, bool inHelpBlock) {
                                 "mpirun: Forwarding signal", "srun: error:", "srun: Job step aborted",
                                 "srun: forcing job termination", "slurmstepd: error: ***", "srun: launch/slurm:",
                                 "srun: Terminating StepId", "srun: got SIGCONT", "srun: sending Ctrl-C",
+                                "to see all help / error messages",
                                 "Primary job  terminated normally", "Primary job terminated normally"};
   for (auto* w : words) {
     if (line.find(w) != std::string::npos) return true;

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -21,6 +22,7 @@
 #include "launcher/Faults.h"
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
+#include "launcher/Timeline.h"
 #include "memory/CountingAllocator.h"
 #include "memory/SwapTier.h"
 #include "optim/DistAdam.h"
@@ -224,6 +226,7 @@ void Trainer::buildStage() {
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(params, adamw);
   }
+  if (c_.logging.trace) worker_->setTrace(&trace_);
   const int rank = rank_;
   worker_->setForwardHook([rank](int mb) { faults::atForward(rank, currentStep, mb); });
   freeOtherStagesTensors();
@@ -350,7 +353,9 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
       return loss;
     }
   }
+  const double optimizerStart = pipeline::TraceRecorder::nowUs();
   optimizer_->step();
+  trace_.add("optimizer", "compute", -1, optimizerStart, pipeline::TraceRecorder::nowUs());
   return loss;
 }
 
@@ -418,6 +423,10 @@ void Trainer::train() {
   std::vector<StepRecord> pending;  // steps whose loss is not read yet
   std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
   warmSteps_ = std::min<int64_t>(startStep_ + 2, c_.training.steps - 1);  // compute times count after these
+  for (int s : c_.logging.traceSteps) tracedSteps_.push_back(s);
+  if (tracedSteps_.empty()) {
+    for (int64_t s = warmSteps_; s < std::min<int64_t>(warmSteps_ + 2, c_.training.steps); ++s) tracedSteps_.push_back(s);
+  }
   // What lives outside the model now (data, buffers of the runtime): reported apart.
   otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(stage_->paramInputs));
   if (c_.memory.hardLimit) {
@@ -439,7 +448,12 @@ void Trainer::train() {
     optim::setLearningRate(*optimizer_, stepLr);
     memory::resetPeak();
     bool skipped = false;
+    const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
+    trace_.setStep(step, traced);
+    const double stepStart = pipeline::TraceRecorder::nowUs();
     auto loss = this->step(step, &skipped);
+    trace_.add("step " + std::to_string(step), "step", -1, stepStart, pipeline::TraceRecorder::nowUs());
+    trace_.setStep(step, false);
     const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);
     peaks.push_back(peak);
@@ -477,6 +491,14 @@ void Trainer::train() {
 }
 
 void Trainer::report() {
+  if (c_.logging.trace) {
+    std::string steps;
+    for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    const auto path = writeTimeline(world_, trace_,
+                                    "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_),
+                                    outDir_);
+    if (rank_ == 0) log::info("trace: " + path + " (steps " + steps + "; open it in ui.perfetto.dev or chrome://tracing)");
+  }
   const auto& stage = *stage_;
   const auto& sm = worker_->module().metrics();
   char buf[400];

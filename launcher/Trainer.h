@@ -85,6 +85,8 @@ class Trainer {
   Communicator world_, pipelineComm_, dpComm_;
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
   RankPlace place_;
+  pipeline::TraceRecorder trace_;  // logging.trace
+  std::vector<int64_t> tracedSteps_;
   ModelSetup setup_;
   std::optional<OpGraph> graph_;
   std::vector<int> cuts_;

@@ -37,8 +37,10 @@ constexpr const char* kUsage =
     "usage: sluice <command> [arguments]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG [--set key=value]...   train from a YAML config; starts mpirun itself when the\n"
-    "                                      config needs more than one rank\n"
+    "  train CONFIG [--set key=value]... [--trace]\n"
+    "                                      train from a YAML config; starts mpirun itself when the\n"
+    "                                      config needs more than one rank; --trace writes a timeline\n"
+    "                                      of two steps to output_dir/trace.json (logging.trace)\n"
     "  launch CONFIG [--hostfile F] [--set key=value]... [--dry-run] [--sbatch FILE]\n"
     "                                      start the job on several machines: mpirun over a hostfile\n"
     "                                      (cluster.hostfile) or srun inside a Slurm allocation\n"
@@ -73,6 +75,8 @@ Args parseArgs(int argc, char** argv) {
     std::string s = argv[i];
     if (s == "--dry-run" && a.command == "launch") {
       a.dryRun = true;
+    } else if (s == "--trace" && (a.command == "train" || a.command == "worker" || a.command == "launch")) {
+      a.overrides.push_back("logging.trace=true");
     } else if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb" ||
                ((s == "--hostfile" || s == "--sbatch") && a.command == "launch")) {
       if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);

@@ -153,6 +153,24 @@ void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBac
   ++times_.backwards;
 }
 
+namespace {
+
+// The trace's name and stream of an action (pipeline/Trace.h).
+std::pair<std::string, std::string> traceNameOf(const Action& a) {
+  const std::string mb = std::to_string(a.microBatch);
+  switch (a.kind) {
+    case ActionKind::Forward: return {"F" + mb, "compute"};
+    case ActionKind::Backward: return {"B" + mb, "compute"};
+    case ActionKind::RecvActivation: return {"recv activation " + mb, "recv"};
+    case ActionKind::RecvGrad: return {"recv gradient " + mb, "recv"};
+    case ActionKind::SendActivation: return {"send activation " + mb, "send"};
+    case ActionKind::SendGrad: return {"send gradient " + mb, "send"};
+  }
+  return {"?", "compute"};
+}
+
+}  // namespace
+
 torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
   const int m = schedule_.microBatches;
   SLUICE_CHECK(static_cast<int>(microBatches.size()) == m, Error,
@@ -179,6 +197,8 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         if (isCompute(actions[y])) break;
       }
     }
+    const bool traced = trace_ && trace_->active();
+    const double startUs = traced ? TraceRecorder::nowUs() : 0;
     switch (a.kind) {
       case ActionKind::RecvActivation: {
         postReceives(a, state);
@@ -235,6 +255,10 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         st.inputs.clear();
         break;
       }
+    }
+    if (traced) {
+      const auto [name, stream] = traceNameOf(a);
+      trace_->add(name, stream, a.microBatch, startUs, TraceRecorder::nowUs());
     }
   }
   CommActivity activity("the step's last sends");

@@ -39,6 +39,7 @@
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/Trace.h"
 
 namespace sluice::pipeline {
 
@@ -70,6 +71,8 @@ class StageWorker {
   const memory::StageMemory* memory() const { return memory_.get(); }
   // Called before every forward with its micro-batch (fault injection in tests).
   void setForwardHook(std::function<void(int microBatch)> hook) { forwardHook_ = std::move(hook); }
+  // Record every action of the steps the recorder is active in (nullptr: off).
+  void setTrace(TraceRecorder* trace) { trace_ = trace; }
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
@@ -106,6 +109,7 @@ class StageWorker {
   std::unique_ptr<memory::StageMemory> memory_;
   std::vector<Work> sends_;
   std::function<void(int)> forwardHook_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace sluice::pipeline
