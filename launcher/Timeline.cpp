@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -60,11 +61,94 @@ double clockOffsetUs(const Communicator& world) {
   return offset;
 }
 
+// Rank 0: the measured vs predicted table (see the header).
+std::string summarize(const Communicator& world, const pipeline::TraceRecorder& trace, double offset, int stage,
+                      int stages, const partition::Plan* plan) {
+  // Per traced step: [step start, end of the last forward/backward, busy], on rank 0's clock, in us.
+  std::vector<int64_t> steps;
+  for (const auto& e : trace.events()) {
+    if (e.stream == "step") steps.push_back(e.step);
+  }
+  const int n = static_cast<int>(steps.size());
+  auto mine = torch::zeros({n * 4}, torch::kDouble);
+  auto m = mine.accessor<double, 1>();
+  for (int i = 0; i < n; ++i) {
+    m[i * 4 + 3] = stage;
+    for (const auto& e : trace.events()) {
+      if (e.step != steps[i]) continue;
+      if (e.stream == "step") m[i * 4] = e.startUs - offset;
+      if (e.stream == "compute" && e.microBatch >= 0) {
+        m[i * 4 + 1] = std::max(m[i * 4 + 1], e.startUs + e.durUs - offset);
+        m[i * 4 + 2] += e.durUs;
+      }
+    }
+  }
+  auto all = torch::zeros({world.size() * n * 4}, torch::kDouble);
+  world.allGather(mine, all);
+  if (world.rank() != 0 || n == 0) return "";
+  auto a = all.accessor<double, 1>();
+  double windowSum = 0;
+  std::vector<double> busy(stages, 0), count(stages, 0);
+  for (int i = 0; i < n; ++i) {
+    double start = std::numeric_limits<double>::infinity(), end = 0;
+    for (int r = 0; r < world.size(); ++r) {
+      start = std::min(start, a[(r * n + i) * 4]);
+      end = std::max(end, a[(r * n + i) * 4 + 1]);
+    }
+    windowSum += end - start;
+    for (int r = 0; r < world.size(); ++r) {
+      const int s = static_cast<int>(a[(r * n + i) * 4 + 3]);
+      busy[s] += a[(r * n + i) * 4 + 2];
+      count[s] += 1;
+    }
+  }
+  const double window = windowSum / n / 1e3;  // ms per step
+  std::ostringstream os;
+  char line[200];
+  os << "timeline: measured over " << n << " traced step" << (n > 1 ? "s" : "") << " (pipeline window "
+     << std::fixed;
+  os.precision(2);
+  os << window << " ms per step";
+  if (plan) os << ", predicted " << plan->stepTime * 1e3 << " ms";
+  os << ")\n";
+  std::snprintf(line, sizeof(line), "  %5s %9s %9s %8s %15s %16s\n", "stage", "busy ms", "idle ms", "bubble",
+                "predicted busy", "predicted bubble");
+  os << line;
+  double busyAll = 0;
+  for (int s = 0; s < stages; ++s) {
+    const double b = count[s] > 0 ? busy[s] / count[s] / 1e3 : 0;
+    busyAll += b;
+    std::string predicted = "-", predictedBubble = "-";
+    if (plan && s < static_cast<int>(plan->stages.size()) && plan->stepTime > 0) {
+      const double pb = plan->microBatches * plan->stages[s].time * 1e3;
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.2f", pb);
+      predicted = text;
+      std::snprintf(text, sizeof(text), "%.1f%%", 100 * (1 - pb / (plan->stepTime * 1e3)));
+      predictedBubble = text;
+    }
+    std::snprintf(line, sizeof(line), "  %5d %9.2f %9.2f %7.1f%% %15s %16s\n", s, b, window - b,
+                  window > 0 ? 100 * (1 - b / window) : 0.0, predicted.c_str(), predictedBubble.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof(line), "  bubble (all stages) %.1f%%", window > 0 ? 100 * (1 - busyAll / (stages * window)) : 0.0);
+  os << line;
+  if (plan) {
+    std::snprintf(line, sizeof(line), ", predicted %.1f%%", 100 * plan->bubbleFraction);
+    os << line;
+  }
+  os << "\n";
+  return os.str();
+}
+
 }  // namespace
 
-std::string writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
-                          const std::string& processName, const std::string& outDir) {
+TimelineResult writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
+                             const std::string& processName, const std::string& outDir, int stage, int stages,
+                             const partition::Plan* plan) {
   const double offset = clockOffsetUs(world);
+  TimelineResult result;
+  result.summary = summarize(world, trace, offset, stage, stages, plan);
   const int rank = world.rank();
   std::ostringstream os;
   os << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
@@ -86,7 +170,7 @@ std::string writeTimeline(const Communicator& world, const pipeline::TraceRecord
   const fs::path part = fs::path(outDir) / ("trace.rank_" + std::to_string(rank) + ".part");
   writeFileAtomically(part.string(), os.str());
   world.barrier();
-  std::string path;
+  std::string& path = result.path;
   if (rank == 0) {
     std::string all = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
     for (int r = 0; r < world.size(); ++r) {
@@ -99,7 +183,7 @@ std::string writeTimeline(const Communicator& world, const pipeline::TraceRecord
     writeFileAtomically(path, all);
   }
   world.barrier();
-  return path;
+  return result;
 }
 
 }  // namespace sluice

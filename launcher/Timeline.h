@@ -14,12 +14,24 @@
 #include <string>
 
 #include "core/Communicator.h"
+#include "partition/Plan.h"
 #include "pipeline/Trace.h"
 
 namespace sluice {
 
-// Returns the path written on rank 0 ("" on the others).
-std::string writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
-                          const std::string& processName, const std::string& outDir);
+struct TimelineResult {
+  std::string path;     // trace.json (rank 0; "" on the others)
+  std::string summary;  // rank 0: measured busy, idle and bubble per stage, next to the plan's prediction
+};
+
+// `stage` and `stages`: this rank's pipeline stage and the stage count;
+// `plan` (may be null): the predictions. Measured per traced step: the
+// pipeline window runs from the step's start on the earliest rank to the end
+// of the last forward or backward on any rank (the optimizer step after it is
+// not pipeline time); a stage's busy time is the sum of its forwards and
+// backwards, its bubble 1 - busy / window. Replicas of a stage are averaged.
+TimelineResult writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
+                             const std::string& processName, const std::string& outDir, int stage, int stages,
+                             const partition::Plan* plan);
 
 }  // namespace sluice

@@ -494,10 +494,13 @@ void Trainer::report() {
   if (c_.logging.trace) {
     std::string steps;
     for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-    const auto path = writeTimeline(world_, trace_,
-                                    "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_),
-                                    outDir_);
-    if (rank_ == 0) log::info("trace: " + path + " (steps " + steps + "; open it in ui.perfetto.dev or chrome://tracing)");
+    const auto timeline = writeTimeline(
+        world_, trace_, "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_), outDir_,
+        stageIndex_, c_.pipeline.stages, plan_ ? &*plan_ : nullptr);
+    if (rank_ == 0) {
+      log::info("trace: " + timeline.path + " (steps " + steps + "; open it in ui.perfetto.dev or chrome://tracing)");
+      log::info(timeline.summary);
+    }
   }
   const auto& stage = *stage_;
   const auto& sm = worker_->module().metrics();

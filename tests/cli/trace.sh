@@ -4,7 +4,8 @@
 # step, the forward/backward events come in 1F1B's order (written out here
 # from the textbook rule: stage s runs p - 1 - s warm-up forwards, then
 # alternates one forward and one backward, then drains the backwards); no two
-# compute events of a rank overlap; every event lies inside its step.
+# compute events of a rank overlap; every event lies inside its step. The run
+# ends with each stage's measured busy time and bubble next to the plan's.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || fail "python3 is needed (scripts/setup.sh installs it)"
 "$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=6 --set model.layers=2 \
@@ -13,6 +14,13 @@ command -v python3 >/dev/null || fail "python3 is needed (scripts/setup.sh insta
   >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "training with --trace"; }
 grep -q "trace: $TMP/run/trace.json (steps 3, 4;" "$TMP/run.log" || fail "no trace line"
 ! ls "$TMP/run"/trace.rank_* >/dev/null 2>&1 || fail "per-rank parts left behind"
+# The measured vs predicted table: both stages, bubbles in [0, 100)%.
+grep -A4 "timeline: measured over 2 traced steps (pipeline window" "$TMP/run.log" >"$TMP/summary" || fail "no timeline summary"
+for s in 0 1; do
+  grep -qE "^ +$s +[0-9.]+ +[0-9.-]+ +[0-9]{1,2}\.[0-9]% +[0-9.]+ +[0-9.-]+%$" "$TMP/summary" || { cat "$TMP/summary"; fail "no measured vs predicted row for stage $s"; }
+done
+grep -qE "bubble \(all stages\) [0-9.]+%, predicted [0-9.]+%" "$TMP/summary" || { cat "$TMP/summary"; fail "no overall bubble"; }
+cat "$TMP/summary"
 python3 - "$TMP/run/trace.json" <<'PY' || fail "trace.json"
 import json, sys
 p, m, steps = 2, 4, [3, 4]
