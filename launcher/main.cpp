@@ -21,6 +21,7 @@
 #include "launcher/ModelSetup.h"
 #include "launcher/Planning.h"
 #include "launcher/Supervisor.h"
+#include "launcher/TimelineSvg.h"
 #include "launcher/Trainer.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
@@ -59,6 +60,7 @@ constexpr const char* kUsage =
     "                                      pipeline.plan (defaults: memory.budget_mb and\n"
     "                                      pipeline.partition.method from the config)\n"
     "  plan show FILE                      print a plan: one row per stage with its predictions\n"
+    "  trace show TRACE.json -o FILE.svg   draw a trace (train --trace) as an SVG timeline\n"
     "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
 
 struct Args {
@@ -193,6 +195,17 @@ int runPlanShow(int argc, char** argv) {
   return 0;
 }
 
+int runTraceShow(int argc, char** argv) {
+  if (argc != 6 || std::strcmp(argv[2], "show") != 0 || std::strcmp(argv[4], "-o") != 0) {
+    throw sluice::ConfigError("sluice: usage: sluice trace show TRACE.json -o TIMELINE.svg\n\n" + std::string(kUsage));
+  }
+  sluice::SvgSize size;
+  const std::string svg = sluice::timelineSvg(argv[3], &size);
+  sluice::writeFileAtomically(argv[5], svg);
+  std::cout << "wrote " << argv[5] << " (" << size.width << " x " << size.height << ")" << std::endl;
+  return 0;
+}
+
 int runTrainOrWorker(const Args& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
   if (!sluice::Communicator::launchedByMpi()) sluice::checkModelFitsMemory(config, config.worldSize());
@@ -288,6 +301,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (argc >= 2 && std::strcmp(argv[1], "plan") == 0) return runPlanShow(argc, argv);
+    if (argc >= 2 && std::strcmp(argv[1], "trace") == 0) return runTraceShow(argc, argv);
     Args a = parseArgs(argc, argv);
     if (a.config.empty()) throw sluice::ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + kUsage);
     if (a.command == "train" || a.command == "worker") return runTrainOrWorker(a, argc, argv);

@@ -56,3 +56,49 @@ for rank in (0, 1):
     assert {e["args"]["step"] for e in mine} == set(steps), (rank, {e["args"]["step"] for e in mine})
 print("ok: trace.json: 2 ranks, steps 3 and 4 in 1F1B order, no overlapping compute, every event inside its step")
 PY
+
+# The picture: `sluice trace show` -> SVG -> PNG by rsvg-convert (librsvg, independent of Sluice), decoded
+# here: the expected size, and not blank (many pixels neither white nor the row background, many colours).
+"$SLUICE" trace show "$TMP/run/trace.json" -o "$TMP/timeline.svg" >"$TMP/show.log" 2>&1 || { cat "$TMP/show.log"; fail "trace show"; }
+grep -q "wrote $TMP/timeline.svg (1200 x 176)" "$TMP/show.log" || { cat "$TMP/show.log"; fail "trace show: size"; }
+grep -q "Sluice timeline: 2 ranks, steps 3, 4; step time [0-9.]* ms; bubble [0-9.]*%" "$TMP/timeline.svg" || fail "the SVG lacks its title"
+command -v rsvg-convert >/dev/null || fail "rsvg-convert is needed (scripts/setup.sh installs librsvg2-bin)"
+rsvg-convert -o "$TMP/timeline.png" "$TMP/timeline.svg" || fail "rsvg-convert could not render the SVG"
+python3 - "$TMP/timeline.png" <<'PY' || fail "timeline.png"
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+pos, idat, ihdr = 8, b"", None
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR": ihdr = struct.unpack(">IIBBBBB", body)
+    if kind == b"IDAT": idat += body
+    pos += 12 + n
+w, h, depth, ctype = ihdr[:4]
+assert (w, h) == (1200, 176), (w, h)
+assert depth == 8 and ctype in (2, 6), (depth, ctype)
+bpp = 4 if ctype == 6 else 3
+raw, stride, prev, rows = zlib.decompress(idat), w * bpp, bytearray(w * bpp), []
+for y in range(h):
+    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0
+        b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line); prev = line
+pixels = [tuple(r[i:i + 3]) for r in rows for i in range(0, stride, bpp)]
+inked = sum(1 for p in pixels if p not in ((255, 255, 255), (244, 244, 244)))
+colours = len(set(pixels))
+assert inked > 0.10 * len(pixels), f"only {inked} of {len(pixels)} pixels drawn"
+assert colours > 50, f"only {colours} colours"
+print(f"ok: timeline.png {w} x {h}: {100 * inked / len(pixels):.0f}% of the pixels drawn, {colours} colours")
+PY
+echo '{"a": 1}' >"$TMP/not_a_trace.json"
+expect_failure not_a_trace "is not a trace (no traceEvents list" "$TMP/bad.svg" -- \
+  "$SLUICE" trace show "$TMP/not_a_trace.json" -o "$TMP/bad.svg"
