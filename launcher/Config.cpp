@@ -332,6 +332,7 @@ Config parse(const YAML::Node& root) {
   logging.get("measure_memory", c.logging.measureMemory);
   logging.get("trace", c.logging.trace);
   logging.get("trace_steps", c.logging.traceSteps);
+  logging.get("tensorboard", c.logging.tensorboard);
   logging.finish();
   MapReader checkpoint(root, "checkpoint");
   checkpoint.get("dir", c.checkpoint.dir);
@@ -435,7 +436,7 @@ std::string Config::toYaml() const {
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::Key
     << "trace" << YAML::Value << logging.trace << YAML::Key << "trace_steps" << YAML::Value << YAML::Flow
-    << logging.traceSteps << YAML::EndMap;
+    << logging.traceSteps << YAML::Key << "tensorboard" << YAML::Value << logging.tensorboard << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << checkpoint.dir
     << YAML::Key << "interval" << YAML::Value << checkpoint.interval << YAML::Key << "keep_latest_k" << YAML::Value
     << checkpoint.keepLatestK << YAML::Key << "resume" << YAML::Value << checkpoint.resume << YAML::EndMap;

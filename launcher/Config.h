@@ -114,6 +114,7 @@ struct LoggingConfig {
   bool measureMemory = false;   // logging.measure_memory: count saved-tensor bytes while training (rank logs)
   bool trace = false;           // logging.trace: a timeline of the traced steps in output_dir/trace.json
   std::vector<int> traceSteps;  // logging.trace_steps: steps to trace; empty = the two after warm-up
+  bool tensorboard = false;     // logging.tensorboard: scalars per step in output_dir/tb (TensorBoard)
 };
 
 struct Config {

@@ -65,12 +65,23 @@ void MetricsWriter::flush() {
       out_ << "]";
     }
     out_ << "}\n";
+    if (tb_) {
+      tb_->scalar("loss", loss, r.step);
+      tb_->scalar("lr", r.lr, r.step);
+      tb_->scalar("step_time_s", r.stepTimeSeconds, r.step);
+      tb_->scalar("samples_per_s", r.samples / r.stepTimeSeconds, r.step);
+      if (r.tokens > 0) tb_->scalar("tokens_per_s", r.tokens / r.stepTimeSeconds, r.step);
+      for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) {
+        tb_->scalar("peak_bytes/stage_" + std::to_string(i), static_cast<double>(r.stagePeakBytes[i]), r.step);
+      }
+    }
     windowTime += r.stepTimeSeconds;
     windowSamples += r.samples;
     windowTokens += r.tokens;
     lastLoss_ = loss;
   }
   out_.flush();
+  if (tb_) tb_->flush();
   elapsed_ += windowTime;
   stepsDone_ += static_cast<int64_t>(pending_.size());
   const int64_t lastStep = pending_.back().step;

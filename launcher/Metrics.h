@@ -7,8 +7,11 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "launcher/TensorBoard.h"
 
 namespace sluice {
 
@@ -35,6 +38,8 @@ class MetricsWriter {
   // Reads the pending losses, appends their lines, prints one progress line.
   void flush();
   double lastLoss() const { return lastLoss_; }
+  // Also write each step's scalars there (logging.tensorboard).
+  void setTensorBoard(std::unique_ptr<TensorBoardWriter> tb) { tb_ = std::move(tb); }
 
  private:
   std::ofstream out_;
@@ -44,6 +49,7 @@ class MetricsWriter {
   double elapsed_ = 0;
   int64_t stepsDone_ = 0;
   double lastLoss_ = 0;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
 }  // namespace sluice

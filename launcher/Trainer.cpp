@@ -287,6 +287,11 @@ void Trainer::restore() {
   if (worker_->isLast() && dpRank_ == 0) {
     metrics_ = std::make_unique<MetricsWriter>((out / "metrics.jsonl").string(), c_.training.steps,
                                                dir.empty() ? -1 : startStep_);
+    if (c_.logging.tensorboard) {
+      auto tb = std::make_unique<TensorBoardWriter>((out / "tb").string());
+      log::info("tensorboard: " + tb->path() + " (tensorboard --logdir " + (out / "tb").string() + ")");
+      metrics_->setTensorBoard(std::move(tb));
+    }
   }
 }
 

@@ -10,7 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
-  python3 librsvg2-bin      # tests: reading trace.json, rendering the timeline SVG
+  python3 python3-protobuf librsvg2-bin  # tests: reading trace.json and TensorBoard files, rendering the SVG
   e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
   iproute2                  # tests: the test cluster (network namespaces, veth, bridge)
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: Slurm on the test cluster

@@ -7,7 +7,8 @@
 # compute events of a rank overlap; every event lies inside its step. The run
 # ends with each stage's measured busy time and bubble next to the plan's.
 source "$(dirname "$0")/lib.sh"
-command -v python3 >/dev/null || fail "python3 is needed (scripts/setup.sh installs it)"
+PY=/usr/bin/python3  # Debian's, with the packages setup.sh installs
+[ -x "$PY" ] || fail "python3 is needed (scripts/setup.sh installs it)"
 "$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=6 --set model.layers=2 \
   --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2 --set pipeline.microbatches=4 \
   --set pipeline.schedule=1f1b --set job.output_dir="$TMP/run" --set "logging.trace_steps=[3, 4]" --trace \
@@ -21,7 +22,7 @@ for s in 0 1; do
 done
 grep -qE "bubble \(all stages\) [0-9.]+%, predicted [0-9.]+%" "$TMP/summary" || { cat "$TMP/summary"; fail "no overall bubble"; }
 cat "$TMP/summary"
-python3 - "$TMP/run/trace.json" <<'PY' || fail "trace.json"
+"$PY" - "$TMP/run/trace.json" <<'PY' || fail "trace.json"
 import json, sys
 p, m, steps = 2, 4, [3, 4]
 events = json.load(open(sys.argv[1]))["traceEvents"]
@@ -64,7 +65,7 @@ grep -q "wrote $TMP/timeline.svg (1200 x 176)" "$TMP/show.log" || { cat "$TMP/sh
 grep -q "Sluice timeline: 2 ranks, steps 3, 4; step time [0-9.]* ms; bubble [0-9.]*%" "$TMP/timeline.svg" || fail "the SVG lacks its title"
 command -v rsvg-convert >/dev/null || fail "rsvg-convert is needed (scripts/setup.sh installs librsvg2-bin)"
 rsvg-convert -o "$TMP/timeline.png" "$TMP/timeline.svg" || fail "rsvg-convert could not render the SVG"
-python3 - "$TMP/timeline.png" <<'PY' || fail "timeline.png"
+"$PY" - "$TMP/timeline.png" <<'PY' || fail "timeline.png"
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()
 assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
