@@ -208,8 +208,25 @@ void Work::finish() {
   if (done) done();
 }
 
+namespace {
+std::atomic<int64_t> waitNanos{0}, sentBytes{0}, receivedBytes{0}, collectiveBytes{0};
+
+// Adds the time from construction to destruction to waitNanos.
+struct WaitTimer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~WaitTimer() {
+    waitNanos.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+};
+}  // namespace
+
+Communicator::Traffic Communicator::traffic() {
+  return {static_cast<double>(waitNanos.load()) * 1e-9, sentBytes.load(), receivedBytes.load(), collectiveBytes.load()};
+}
+
 void Work::wait() {
   if (requests_.empty()) return;
+  WaitTimer timer;
   const double timeout = timeoutSeconds.load();
   const int n = static_cast<int>(requests_.size());
   std::vector<MPI_Status> statuses(requests_.size());
@@ -360,6 +377,7 @@ Work Communicator::isend(const torch::Tensor& tensor, int dst, int tag, bool req
   mpiCheck(MPI_Isend(header.get(), kHeaderLen, MPI_INT64_T, dst, 2 * tag, handle(), &reqs[0]), "MPI_Isend(header)", rank_);
   mpiCheck(MPI_Isend(tensor.data_ptr(), static_cast<int>(tensor.nbytes()), MPI_BYTE, dst, 2 * tag + 1, handle(), &reqs[1]),
            "MPI_Isend", rank_);
+  sentBytes.fetch_add(static_cast<int64_t>(tensor.nbytes()));
   return Work(std::move(reqs), {tensor}, [header] {},
               "send to " + peerName(dst) + " (tag " + std::to_string(tag) + ")");
 }
@@ -375,6 +393,7 @@ RecvWork Communicator::irecv(const TensorSpec& expected, int src, int tag) const
   std::shared_ptr<int64_t> header(new int64_t[kHeaderLen](), std::default_delete<int64_t[]>());
   std::vector<MPI_Request> reqs(2);
   mpiCheck(MPI_Irecv(header.get(), kHeaderLen, MPI_INT64_T, src, 2 * tag, handle(), &reqs[0]), "MPI_Irecv(header)", rank_);
+  receivedBytes.fetch_add(static_cast<int64_t>(result->tensor.nbytes()));
   mpiCheck(MPI_Irecv(result->tensor.data_ptr(), static_cast<int>(result->tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1,
                      handle(), &reqs[1]),
            "MPI_Irecv", rank_);
@@ -409,6 +428,7 @@ Received Communicator::recvAny(int src, int tag) const {
   Received r;
   r.tensor = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[1])));
   r.requiresGrad = h[2] != 0;
+  receivedBytes.fetch_add(static_cast<int64_t>(r.tensor.nbytes()));
   mpiCheck(MPI_Irecv(r.tensor.data_ptr(), static_cast<int>(r.tensor.nbytes()), MPI_BYTE, src, 2 * tag + 1, handle(),
                      &req),
            "MPI_Irecv", rank_);
@@ -420,6 +440,7 @@ void Communicator::allReduce(torch::Tensor& tensor, ReduceOp op) const { iallRed
 
 Work Communicator::iallReduce(torch::Tensor& tensor, ReduceOp op) const {
   checkTensor(tensor, "allReduce");
+  collectiveBytes.fetch_add(static_cast<int64_t>(tensor.nbytes()));
   MPI_Request req;
   mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
                           mpiType(tensor.scalar_type(), "allReduce"), mpiOp(op), handle(), &req),
@@ -441,6 +462,7 @@ Work Communicator::ireduceScatter(const torch::Tensor& input, torch::Tensor& out
                "reduceScatter: input has " << input.numel() << " elements but output has " << output.numel()
                                            << " x " << size_ << " ranks = " << output.numel() * size_);
   SLUICE_CHECK(input.scalar_type() == output.scalar_type(), CommError, "reduceScatter: input and output dtypes differ");
+  collectiveBytes.fetch_add(static_cast<int64_t>(input.nbytes()));
   MPI_Request req;
   mpiCheck(MPI_Ireduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(output.numel()),
                                      mpiType(input.scalar_type(), "reduceScatter"), mpiOp(op), handle(), &req),
@@ -462,6 +484,7 @@ Work Communicator::iallGather(const torch::Tensor& input, torch::Tensor& output)
                "allGather: output has " << output.numel() << " elements but input has " << input.numel() << " x "
                                         << size_ << " ranks = " << input.numel() * size_);
   SLUICE_CHECK(input.scalar_type() == output.scalar_type(), CommError, "allGather: input and output dtypes differ");
+  collectiveBytes.fetch_add(static_cast<int64_t>(output.nbytes()));
   MPI_Request req;
   mpiCheck(MPI_Iallgather(input.data_ptr(), static_cast<int>(input.nbytes()), MPI_BYTE, output.data_ptr(),
                           static_cast<int>(input.nbytes()), MPI_BYTE, handle(), &req),

@@ -118,6 +118,16 @@ class Communicator {
   static bool initialized();
   // True when this process was started by mpirun/srun (not a singleton).
   static bool launchedByMpi();
+
+  // Counters over every communicator of this process (the metrics report):
+  // seconds spent in Work::wait (every blocking operation waits there), and
+  // the payload bytes posted by p2p sends, received by p2p receives, and
+  // given to collectives.
+  struct Traffic {
+    double waitSeconds = 0;
+    int64_t sentBytes = 0, receivedBytes = 0, collectiveBytes = 0;
+  };
+  static Traffic traffic();
   static Communicator world();
   static Communicator self();
   // Aborts every rank of MPI_COMM_WORLD (used when one rank fails).

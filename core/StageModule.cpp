@@ -64,14 +64,19 @@ std::vector<torch::Tensor> StageModule::forward(const std::vector<torch::Tensor>
     std::vector<std::vector<int64_t>> shapes;
     for (auto& t : inputs) shapes.push_back(t.sizes().vec());
     ++metrics_.compiles;
-    if (metrics_.compiles > kRecompileWarnAfter && shapes.size() == lastShapes_.size()) {
-      for (size_t i = 0; i < shapes.size(); ++i) {
+    if (metrics_.compiles > 1) {
+      std::string cause = "input signature changed";
+      for (size_t i = 0; i < shapes.size() && i < lastShapes_.size(); ++i) {
         if (shapes[i] != lastShapes_[i]) {
           std::string nm = i < inputNames_.size() ? inputNames_[i] : "#" + std::to_string(i);
-          log::warn(name_ + " recompiled " + std::to_string(metrics_.compiles) + " times; input '" + nm +
-                    "' changed shape to " + c10::str(inputs[i].sizes()) + ". Pad or bucket shapes to avoid recompiles.");
+          cause = "input '" + nm + "' changed shape to " + c10::str(inputs[i].sizes());
           break;
         }
+      }
+      metrics_.recompileCauses.push_back(cause);
+      if (metrics_.compiles > kRecompileWarnAfter) {
+        log::warn(name_ + " recompiled " + std::to_string(metrics_.compiles) + " times; " + cause +
+                  ". Pad or bucket shapes to avoid recompiles.");
       }
     }
     lastShapes_ = std::move(shapes);

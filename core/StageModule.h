@@ -40,6 +40,8 @@ struct StageMetrics {
   int64_t cacheHits = 0;
   double compileSeconds = 0;  // wall time of first calls (includes their execution)
   double executeSeconds = 0;  // wall time of all other calls
+  // Compiles after the first: "input 'NAME' changed shape to [..]" (the first such input).
+  std::vector<std::string> recompileCauses;
 };
 
 class StageModule {

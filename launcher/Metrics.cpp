@@ -7,6 +7,7 @@
 
 #include "core/Error.h"
 #include "core/Files.h"
+#include "core/HostSync.h"
 #include "core/Log.h"
 
 namespace sluice {
@@ -45,7 +46,7 @@ void MetricsWriter::flush() {
   double windowTime = 0;
   int64_t windowSamples = 0, windowTokens = 0;
   for (auto& r : pending_) {
-    const double loss = r.loss.item<double>();
+    const double loss = hostsync::read<double>(r.loss);
     SLUICE_CHECK(std::isfinite(loss) || r.skipped, Error,
                  "loss is " << loss << " at step " << r.step << "; stopping (lower optimizer.lr, or set "
                             << "training.nan_policy: skip to drop such steps)");

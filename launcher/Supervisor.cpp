@@ -24,6 +24,11 @@ void onStopSignal(int) {
   if (childPid > 0) ::kill(childPid, SIGUSR1);
 }
 
+// SIGUSR2: the ranks print their metrics report and go on (mpirun forwards it).
+void onReportSignal(int) {
+  if (childPid > 0) ::kill(childPid, SIGUSR2);
+}
+
 bool isDashes(const std::string& line) {
   return line.size() >= 20 && line.find_first_not_of('-') == std::string::npos;
 }
@@ -59,6 +64,7 @@ Run runOnce(const LaunchPlan& plan, int restart) {
     ::close(fds[1]);
     signal(SIGTERM, SIG_DFL);
     signal(SIGUSR1, SIG_DFL);
+    signal(SIGUSR2, SIG_DFL);
     for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
     setenv("RESTART_COUNT", std::to_string(restart).c_str(), 1);
     std::vector<char*> args;
@@ -179,6 +185,10 @@ int superviseJob(const SupervisedJob& job) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction report {};
+  report.sa_handler = onReportSignal;
+  sigemptyset(&report.sa_mask);
+  sigaction(SIGUSR2, &report, nullptr);
   for (int restart = 0;; ++restart) {
     const Run run = runOnce(job.plan, restart);
     if (run.exitCode == 0) {

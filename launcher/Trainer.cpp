@@ -17,6 +17,7 @@
 #include "core/Bytes.h"
 #include "core/Error.h"
 #include "core/Files.h"
+#include "core/HostSync.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "launcher/Faults.h"
@@ -57,6 +58,8 @@ namespace {
 
 std::atomic<bool> stopAsked{false};
 void onStop(int) { stopAsked = true; }
+std::atomic<bool> reportAsked{false};
+void onReport(int) { reportAsked = true; }
 
 }  // namespace
 
@@ -67,6 +70,7 @@ void installStopHandlers() {
   // launcher and asks to stop only in a process started alone. `sluice train`
   // and `sluice launch` turn a SIGTERM they get into SIGUSR1 for the ranks.
   std::signal(SIGUSR1, onStop);
+  std::signal(SIGUSR2, onReport);  // print the metrics report and go on
   if (!Communicator::launchedByMpi() && !std::getenv("SLURM_PROCID")) std::signal(SIGTERM, onStop);
 }
 
@@ -332,20 +336,22 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   }
   // training.nan_policy: a non-finite gradient on this rank ends the job
   // (abort) or, all-reduced so every rank decides alike, drops the step (skip).
-  std::string badParam;
+  // Note [lazy nan check]: under abort the per-parameter flags are computed
+  // now but read at the next log point (checkNonFinite), so steps between log
+  // points read nothing on the host; under skip the decision must precede the
+  // update, so skip reads one flag per step.
   const auto& params = worker_->trainableParameters();
-  for (size_t i = 0; i < params.size() && badParam.empty(); ++i) {
-    const auto& g = params[i].grad();
-    if (g.defined() && !torch::isfinite(g).all().item<bool>()) badParam = trainableNames_.at(i);
+  std::vector<torch::Tensor> finite;
+  for (const auto& p : params) {
+    finite.push_back(p.grad().defined() ? torch::isfinite(p.grad()).all() : torch::ones({}, torch::kBool));
   }
+  auto flags = finite.empty() ? torch::ones({1}, torch::kBool) : torch::stack(finite);
   if (c_.training.nanPolicy == "abort") {
-    SLUICE_CHECK(badParam.empty(), Error,
-                 "step " << step << ": the gradient of " << badParam << " is not finite (NaN or inf); "
-                         << "training.nan_policy: skip drops such steps instead of stopping");
+    nanChecks_.push_back({step, flags});
   } else {
-    auto flag = torch::tensor({static_cast<int64_t>(badParam.empty() ? 0 : 1)});
+    auto flag = flags.logical_not().any().to(torch::kInt64).reshape({1});
     world_.allReduce(flag, ReduceOp::Max);
-    if (flag.item<int64_t>() != 0) {
+    if (hostsync::read<int64_t>(flag) != 0) {
       *skipped = true;
       if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) {
         dist->zero_grad();  // finishes its abandoned reductions
@@ -362,6 +368,20 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   optimizer_->step();
   trace_.add("optimizer", "compute", -1, optimizerStart, pipeline::TraceRecorder::nowUs());
   return loss;
+}
+
+void Trainer::checkNonFinite() {
+  for (auto& [step, flags] : nanChecks_) {
+    if (hostsync::read<bool>(flags.all())) continue;
+    const auto f = flags.contiguous();
+    std::string badParam;
+    for (int64_t i = 0; i < f.numel() && badParam.empty(); ++i) {
+      if (!f[i].item<bool>()) badParam = trainableNames_.at(static_cast<size_t>(i));
+    }
+    throw Error("step " + std::to_string(step) + ": the gradient of " + badParam + " is not finite (NaN or inf); " +
+                "training.nan_policy: skip drops such steps instead of stopping");
+  }
+  nanChecks_.clear();
 }
 
 // Every rank builds the whole model from the seed (identical initial
@@ -443,8 +463,11 @@ void Trainer::train() {
   // Note [stopping]: the stop requests of step s are all-reduced while step s + 1 runs.
   auto stopFlags = torch::zeros({1}, torch::kInt64);
   Work stopVote;
+  counters_.trafficAtStart = Communicator::traffic();
+  counters_.computeAtStart = worker_->computeTimes().forwardSeconds + worker_->computeTimes().backwardSeconds;
   for (int64_t step = startStep_; step < c_.training.steps; ++step) {
     CommActivity activity("step " + std::to_string(step));
+    const int64_t syncsBefore = hostsync::count();
     currentStep = step;
     faults::atStepStart(rank_, step);
     if (step == warmSteps_) warm_ = worker_->computeTimes();
@@ -476,12 +499,25 @@ void Trainer::train() {
     // With checkpoints on, the last step is always saved too (training can be extended from it).
     const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
                                      (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
-    if (checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps) {
+    const bool logPoint = checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps;
+    if (logPoint) {
+      checkNonFinite();
       flushLogPoint(pending, peaks);  // a checkpoint is also a log point: no step's metrics are lost on resume
       pending.clear();
       peaks.clear();
     }
     if (checkpoint) saveCheckpoint(done, stepLr);
+    const int64_t syncs = hostsync::count() - syncsBefore;
+    ++counters_.steps;
+    counters_.seconds += seconds;
+    if (logPoint) {
+      ++counters_.logSteps;
+      counters_.syncsLog += syncs;
+    } else {
+      counters_.syncsNonLog += syncs;
+      counters_.maxSyncsNonLog = std::max(counters_.maxSyncsNonLog, syncs);
+    }
+    if (reportAsked.exchange(false)) log::info(metricsReport());
     if (stop) {
       if (rank_ == 0) {
         log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +
@@ -495,7 +531,41 @@ void Trainer::train() {
   memory::setAllocationLimit(0);
 }
 
+std::string Trainer::metricsReport() const {
+  const auto& c = counters_;
+  const auto& sm = worker_->module().metrics();
+  const auto& ct = worker_->computeTimes();
+  const auto traffic = Communicator::traffic();
+  const double n = std::max<int64_t>(1, c.steps);
+  const double compute = (ct.forwardSeconds + ct.backwardSeconds - c.computeAtStart) / n * 1e3;
+  const double wait = (traffic.waitSeconds - c.trafficAtStart.waitSeconds) / n * 1e3;
+  const double step = c.seconds / n * 1e3;
+  const int64_t nonLog = c.steps - c.logSteps;
+  char buf[600];
+  std::snprintf(buf, sizeof(buf),
+                "metrics report (stage %d, replica %d; %lld steps)\n"
+                "  compiles %lld, cache hits %lld, recompiles %zu\n"
+                "  per step: %.2f ms = compute %.2f ms (forwards and backwards) + waiting on communication %.2f ms + "
+                "other host work %.2f ms\n"
+                "  traffic per step: sent %s, received %s (point to point), collectives %s\n"
+                "  host syncs (reads of training tensors) per step: %.2f on %lld non-log steps (at most %lld), %.2f on "
+                "%lld log steps",
+                stageIndex_, dpRank_, static_cast<long long>(c.steps), static_cast<long long>(sm.compiles),
+                static_cast<long long>(sm.cacheHits), sm.recompileCauses.size(), step, compute, wait,
+                std::max(0.0, step - compute - wait),
+                formatBytes(static_cast<int64_t>((traffic.sentBytes - c.trafficAtStart.sentBytes) / n)).c_str(),
+                formatBytes(static_cast<int64_t>((traffic.receivedBytes - c.trafficAtStart.receivedBytes) / n)).c_str(),
+                formatBytes(static_cast<int64_t>((traffic.collectiveBytes - c.trafficAtStart.collectiveBytes) / n)).c_str(),
+                nonLog > 0 ? static_cast<double>(c.syncsNonLog) / nonLog : 0.0, static_cast<long long>(nonLog),
+                static_cast<long long>(c.maxSyncsNonLog),
+                c.logSteps > 0 ? static_cast<double>(c.syncsLog) / c.logSteps : 0.0, static_cast<long long>(c.logSteps));
+  std::string out = buf;
+  for (auto& cause : sm.recompileCauses) out += "\n  recompiled: " + cause;
+  return out;
+}
+
 void Trainer::report() {
+  log::info(metricsReport());
   if (c_.logging.trace) {
     std::string steps;
     for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);

@@ -86,6 +86,16 @@ class Trainer {
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
   RankPlace place_;
   pipeline::TraceRecorder trace_;  // logging.trace
+  std::vector<std::pair<int64_t, torch::Tensor>> nanChecks_;  // (step, per-parameter finite flags), Note [lazy nan check]
+  void checkNonFinite();
+  // The metrics report (end of run, and on SIGUSR2): compiles, time split, traffic, host syncs per step.
+  std::string metricsReport() const;
+  struct StepCounters {
+    int64_t steps = 0, logSteps = 0, syncsNonLog = 0, syncsLog = 0, maxSyncsNonLog = 0;
+    double seconds = 0;
+    Communicator::Traffic trafficAtStart;
+    double computeAtStart = 0;
+  } counters_;
   std::vector<int64_t> tracedSteps_;
   ModelSetup setup_;
   std::optional<OpGraph> graph_;
