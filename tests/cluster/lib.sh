@@ -103,3 +103,40 @@ host_bytes() {
 
 # Where the holders' pids are, for the rsh agent (mpirun runs it, not this shell).
 export SLUICE_CLUSTER_RUN="$CLUSTER_RUN"
+
+# The cluster tests' job: the quickstart GPT made small, 2 stages x 2 replicas
+# (DistAdam), against one process on this machine (reference_run).
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+CFG="$ROOT/configs/quickstart.yaml"
+STEPS=10
+small=(--set training.steps=$STEPS --set logging.interval=5 --set model.layers=2 --set model.embd=64
+       --set model.heads=4 --set model.block_size=32)
+twobytwo=(--set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2
+          --set optimizer.name=dist_adam)
+reference_run() {
+  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=1 --set job.output_dir="$WORK/one" >"$TMP/one.log" 2>&1 ||
+    { cat "$TMP/one.log"; fail "1-process run"; }
+}
+
+# killed_run LABEL LAUNCH_ARGS...: `sluice launch` from h1 with rank 3 (on h3)
+# SIGKILLed at step 3; it must exit non-zero (not by timeout) within 30 s of
+# the kill, leaving no rank on any host. Sets rc and kill_to_exit; the output,
+# each line prefixed with its time, is in $TMP/killed.log.
+killed_run() {
+  local label=$1 killed_at ended_at h
+  shift
+  set +e
+  on_host h1 timeout 60 "$SLUICE" launch "$CFG" "${small[@]}" "${twobytwo[@]}" "$@" --set job.output_dir="$WORK/killed" \
+    --set "cluster.env={OMPI_MCA_mpi_yield_when_idle: '1', SLUICE_FAULT: 'kill:rank=3:step=3'}" 2>&1 |
+    while IFS= read -r line; do echo "$(date +%s.%N) $line"; done >"$TMP/killed.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/killed.log"; fail "$label: exit $rc"; }
+  killed_at=$(grep -m1 "SLUICE_FAULT: this rank dies" "$TMP/killed.log" | cut -d' ' -f1)
+  ended_at=$(tail -1 "$TMP/killed.log" | cut -d' ' -f1)
+  kill_to_exit=$(awk -v a="$killed_at" -v b="$ended_at" 'BEGIN { printf "%.1f", b - a }')
+  awk -v t="$kill_to_exit" 'BEGIN { exit !(t <= 30) }' || fail "$label: the job took $kill_to_exit s to end"
+  for h in h1 h2 h3; do
+    ! on_host "$h" pgrep -f "job.output_dir=$WORK/killed" >/dev/null || fail "$label: ranks left running on $h"
+  done
+}

@@ -13,16 +13,8 @@ source "$(dirname "$0")/lib.sh"
 for tool in slurmctld slurmd srun sbatch sinfo munged; do
   command -v $tool >/dev/null || fail "$tool is missing (scripts/setup.sh installs slurm-wlm and munge)"
 done
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-CFG="$ROOT/configs/quickstart.yaml"
-STEPS=10
-small=(--set training.steps=$STEPS --set logging.interval=5 --set model.layers=2 --set model.embd=64
-       --set model.heads=4 --set model.block_size=32)
-twobytwo=(--set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2
-          --set optimizer.name=dist_adam)
 
-"$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=1 --set job.output_dir="$WORK/one" >"$TMP/one.log" 2>&1 ||
-  { cat "$TMP/one.log"; fail "1-process run"; }
+reference_run
 
 t0=$(date +%s.%N)
 cluster_up 3
@@ -108,20 +100,7 @@ compare_losses "$WORK/one" "$WORK/batch" $STEPS
 echo "ok: the script from --sbatch ran under sbatch in $(since "$t0") s, losses equal to 1 process"
 
 # A rank killed (SIGKILL) on h3: srun ends every task on both hosts; the message names h3 and rank 3.
-set +e
-on_host h1 timeout 60 "$SLUICE" launch "$CFG" "${small[@]}" "${twobytwo[@]}" "${launch[@]}" --set job.output_dir="$WORK/killed" \
-  --set "cluster.env={OMPI_MCA_mpi_yield_when_idle: '1', SLUICE_FAULT: 'kill:rank=3:step=3'}" 2>&1 |
-  while IFS= read -r line; do echo "$(date +%s.%N) $line"; done >"$TMP/killed.log"
-rc=${PIPESTATUS[0]}
-set -e
-[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/killed.log"; fail "killed rank under srun: exit $rc"; }
+killed_run "killed rank under srun" "${launch[@]}"
 grep -qE "sluice: the job failed: rank 3 on h3: Killed" "$TMP/killed.log" ||
   { cat "$TMP/killed.log"; fail "killed rank under srun: the message does not name rank 3 on h3"; }
-killed_at=$(grep -m1 "SLUICE_FAULT: this rank dies" "$TMP/killed.log" | cut -d' ' -f1)
-ended_at=$(tail -1 "$TMP/killed.log" | cut -d' ' -f1)
-kill_to_exit=$(awk -v a="$killed_at" -v b="$ended_at" 'BEGIN { printf "%.1f", b - a }')
-awk -v t="$kill_to_exit" 'BEGIN { exit !(t <= 30) }' || fail "killed rank under srun: the job took $kill_to_exit s to end"
-for h in h1 h2 h3; do
-  ! on_host "$h" pgrep -f "job.output_dir=$WORK/killed" >/dev/null || fail "killed rank under srun: ranks left running on $h"
-done
 echo "ok: rank 3 killed on h3 under srun: the job ended on both hosts $kill_to_exit s later (exit $rc): $(grep -o 'sluice: the job failed.*' "$TMP/killed.log")"
