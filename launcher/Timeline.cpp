@@ -14,10 +14,11 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int kRounds = 8;
 constexpr int kTag = 15990;  // below the communicator's limit, above the pipeline's tags
-const char* kStreams[] = {"compute", "recv", "send", "step"};
+const char* kStreams[] = {"compute", "recv", "send", "io", "collective", "step"};
+constexpr int kStreamCount = sizeof(kStreams) / sizeof(kStreams[0]);
 
 int streamId(const std::string& stream) {
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kStreamCount; ++i) {
     if (stream == kStreams[i]) return i;
   }
   return 0;
@@ -40,10 +41,10 @@ double clockOffsetUs(const Communicator& world) {
     if (world.rank() == 0) {
       double best = std::numeric_limits<double>::infinity(), bestOffset = 0;
       for (int k = 0; k < kRounds; ++k) {
-        const double t1 = pipeline::TraceRecorder::nowUs();
+        const double t1 = TraceRecorder::nowUs();
         world.send(torch::tensor({t1}, torch::kDouble), r, kTag);
         const double tr = world.recv(one, r, kTag).tensor.item<double>();
-        const double t2 = pipeline::TraceRecorder::nowUs();
+        const double t2 = TraceRecorder::nowUs();
         if (t2 - t1 < best) {
           best = t2 - t1;
           bestOffset = tr - (t1 + t2) / 2;
@@ -53,7 +54,7 @@ double clockOffsetUs(const Communicator& world) {
     } else if (world.rank() == r) {
       for (int k = 0; k < kRounds; ++k) {
         world.recv(one, 0, kTag);
-        world.send(torch::tensor({pipeline::TraceRecorder::nowUs()}, torch::kDouble), 0, kTag);
+        world.send(torch::tensor({TraceRecorder::nowUs()}, torch::kDouble), 0, kTag);
       }
       offset = world.recv(one, 0, kTag + 1).tensor.item<double>();
     }
@@ -62,11 +63,12 @@ double clockOffsetUs(const Communicator& world) {
 }
 
 // Rank 0: the measured vs predicted table (see the header).
-std::string summarize(const Communicator& world, const pipeline::TraceRecorder& trace, double offset, int stage,
+std::string summarize(const Communicator& world, const TraceRecorder& trace, double offset, int stage,
                       int stages, const partition::Plan* plan) {
   // Per traced step: [step start, end of the last forward/backward, busy], on rank 0's clock, in us.
+  const std::vector<TraceEvent> events = trace.events();
   std::vector<int64_t> steps;
-  for (const auto& e : trace.events()) {
+  for (const auto& e : events) {
     if (e.stream == "step") steps.push_back(e.step);
   }
   const int n = static_cast<int>(steps.size());
@@ -74,10 +76,10 @@ std::string summarize(const Communicator& world, const pipeline::TraceRecorder& 
   auto m = mine.accessor<double, 1>();
   for (int i = 0; i < n; ++i) {
     m[i * 4 + 3] = stage;
-    for (const auto& e : trace.events()) {
+    for (const auto& e : events) {
       if (e.step != steps[i]) continue;
       if (e.stream == "step") m[i * 4] = e.startUs - offset;
-      if (e.stream == "compute" && e.microBatch >= 0) {
+      if (e.category == "compute" && e.microBatch >= 0) {
         m[i * 4 + 1] = std::max(m[i * 4 + 1], e.startUs + e.durUs - offset);
         m[i * 4 + 2] += e.durUs;
       }
@@ -143,7 +145,7 @@ std::string summarize(const Communicator& world, const pipeline::TraceRecorder& 
 
 }  // namespace
 
-TimelineResult writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
+TimelineResult writeTimeline(const Communicator& world, const TraceRecorder& trace,
                              const std::string& processName, const std::string& outDir, int stage, int stages,
                              const partition::Plan* plan) {
   const double offset = clockOffsetUs(world);
@@ -155,14 +157,14 @@ TimelineResult writeTimeline(const Communicator& world, const pipeline::TraceRec
      << ", \"args\": {\"name\": " << jsonString(processName) << "}},\n"
      << "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " << rank << ", \"args\": {\"sort_index\": " << rank
      << "}}";
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kStreamCount; ++i) {
     os << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank << ", \"tid\": " << i
        << ", \"args\": {\"name\": \"" << kStreams[i] << "\"}}";
   }
   char num[64];
   for (const auto& e : trace.events()) {
     std::snprintf(num, sizeof(num), "%.3f, \"dur\": %.3f", e.startUs - offset, e.durUs);
-    os << ",\n{\"name\": " << jsonString(e.name) << ", \"cat\": \"" << e.stream << "\", \"ph\": \"X\", \"pid\": " << rank
+    os << ",\n{\"name\": " << jsonString(e.name) << ", \"cat\": \"" << e.category << "\", \"ph\": \"X\", \"pid\": " << rank
        << ", \"tid\": " << streamId(e.stream) << ", \"ts\": " << num << ", \"args\": {\"step\": " << e.step;
     if (e.microBatch >= 0) os << ", \"micro_batch\": " << e.microBatch;
     os << "}}";

@@ -1,4 +1,4 @@
-// launcher::Timeline: every rank's trace events (pipeline/Trace.h) merged
+// launcher::Timeline: every rank's trace events (core/Trace.h) merged
 // into one Chrome trace-event file, output_dir/trace.json, that opens in
 // Perfetto (ui.perfetto.dev) and chrome://tracing.
 //
@@ -15,7 +15,7 @@
 
 #include "core/Communicator.h"
 #include "partition/Plan.h"
-#include "pipeline/Trace.h"
+#include "core/Trace.h"
 
 namespace sluice {
 
@@ -30,7 +30,7 @@ struct TimelineResult {
 // of the last forward or backward on any rank (the optimizer step after it is
 // not pipeline time); a stage's busy time is the sum of its forwards and
 // backwards, its bubble 1 - busy / window. Replicas of a stage are averaged.
-TimelineResult writeTimeline(const Communicator& world, const pipeline::TraceRecorder& trace,
+TimelineResult writeTimeline(const Communicator& world, const TraceRecorder& trace,
                              const std::string& processName, const std::string& outDir, int stage, int stages,
                              const partition::Plan* plan);
 

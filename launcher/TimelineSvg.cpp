@@ -115,15 +115,19 @@ std::string timelineSvg(const std::string& tracePath, SvgSize* size) {
      << "\" viewBox=\"0 0 " << kWidth << " " << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
      << "<defs><pattern id=\"wait\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
      << "patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/>"
-     << "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c0392b\" stroke-width=\"2\"/></pattern></defs>\n"
+     << "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#c0392b\" stroke-width=\"2\"/></pattern>"
+     << "<pattern id=\"collective\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+     << "patternTransform=\"rotate(-45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/>"
+     << "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#7d3c98\" stroke-width=\"2\"/></pattern></defs>\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
   std::string stepList;
   for (auto& [s, t] : stepTime) stepList += (stepList.empty() ? "" : ", ") + std::to_string(s);
   os << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">Sluice timeline: " << ranks << " rank"
      << (ranks > 1 ? "s" : "") << ", steps " << stepList << "; step time " << meanStep << " ms; bubble " << bubble
      << "%</text>\n"
-     << "<text x=\"10\" y=\"40\" fill=\"#555\">F/B: forward/backward of a micro-batch (colour); hatched: waiting "
-        "for a receive; grey: optimizer step</text>\n";
+     << "<text x=\"10\" y=\"40\" fill=\"#555\">F/B: forward/backward per micro-batch (colour); grey: optimizer; "
+        "hatched: waits on a receive (red) or a collective (purple); top band: recompute (orange), swap stall "
+        "(red); blue: swap I/O</text>\n";
   for (auto& [pid, name] : process) {
     const int y = kTop + row[pid] * kRow;
     os << "<rect x=\"" << kLeft << "\" y=\"" << y << "\" width=\"" << (kWidth - kLeft - kRight) << "\" height=\""
@@ -133,9 +137,14 @@ std::string timelineSvg(const std::string& tracePath, SvgSize* size) {
   for (auto& b : blocks) {
     const int y = kTop + row[b.pid] * kRow;
     const double bx = x(b.ts), bw = std::max(0.8, b.dur * scale);
-    if (b.cat == "recv") {
-      os << "<rect x=\"" << bx << "\" y=\"" << y + kRow - 14 << "\" width=\"" << bw
-         << "\" height=\"9\" fill=\"url(#wait)\"><title>" << escape(b.name) << "</title></rect>\n";
+    if (b.cat == "recv" || b.cat == "collective") {
+      os << "<rect x=\"" << bx << "\" y=\"" << y + kRow - 14 << "\" width=\"" << bw << "\" height=\"9\" fill=\"url(#"
+         << (b.cat == "recv" ? "wait" : "collective") << ")\"><title>" << escape(b.name) << "</title></rect>\n";
+    } else if (b.cat == "io") {
+      os << "<rect x=\"" << bx << "\" y=\"" << y + kRow - 4 << "\" width=\"" << bw
+         << "\" height=\"3\" fill=\"#2471a3\"><title>" << escape(b.name) << "</title></rect>\n";
+    } else if (b.cat == "recompute" || b.cat == "swap") {
+      continue;  // nested in compute blocks: drawn on top of them below
     } else if (b.cat == "step") {
       os << "<line x1=\"" << bx << "\" y1=\"" << y - 2 << "\" x2=\"" << bx << "\" y2=\"" << y + kRow - 2
          << "\" stroke=\"#333\" stroke-width=\"1\"/>\n";
@@ -150,6 +159,14 @@ std::string timelineSvg(const std::string& tracePath, SvgSize* size) {
            << escape(b.name) << "</text>\n";
       }
     }
+  }
+  // Nested in forward/backward blocks: recomputes (orange) and swap stalls (red) as a band at the top.
+  for (auto& b : blocks) {
+    if (b.cat != "recompute" && b.cat != "swap") continue;
+    const int y = kTop + row[b.pid] * kRow;
+    os << "<rect x=\"" << x(b.ts) << "\" y=\"" << y + 3 << "\" width=\"" << std::max(0.8, b.dur * scale)
+       << "\" height=\"4\" fill=\"" << (b.cat == "recompute" ? "#e67e22" : "#c0392b") << "\"><title>"
+       << escape(b.name) << "</title></rect>\n";
   }
   // Axis: about 10 ticks on a round millisecond step.
   const double spanMs = (t1 - t0) / 1e3;

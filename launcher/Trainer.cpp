@@ -230,7 +230,10 @@ void Trainer::buildStage() {
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(params, adamw);
   }
-  if (c_.logging.trace) worker_->setTrace(&trace_);
+  if (c_.logging.trace) {
+    worker_->setTrace(&trace_);
+    if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) dist->setTrace(&trace_);
+  }
   const int rank = rank_;
   worker_->setForwardHook([rank](int mb) { faults::atForward(rank, currentStep, mb); });
   freeOtherStagesTensors();
@@ -364,9 +367,9 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
       return loss;
     }
   }
-  const double optimizerStart = pipeline::TraceRecorder::nowUs();
+  const double optimizerStart = TraceRecorder::nowUs();
   optimizer_->step();
-  trace_.add("optimizer", "compute", -1, optimizerStart, pipeline::TraceRecorder::nowUs());
+  trace_.add("optimizer", "compute", -1, optimizerStart, TraceRecorder::nowUs());
   return loss;
 }
 
@@ -478,9 +481,9 @@ void Trainer::train() {
     bool skipped = false;
     const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
     trace_.setStep(step, traced);
-    const double stepStart = pipeline::TraceRecorder::nowUs();
+    const double stepStart = TraceRecorder::nowUs();
     auto loss = this->step(step, &skipped);
-    trace_.add("step " + std::to_string(step), "step", -1, stepStart, pipeline::TraceRecorder::nowUs());
+    trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
     trace_.setStep(step, false);
     const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);

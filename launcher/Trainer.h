@@ -85,7 +85,7 @@ class Trainer {
   Communicator world_, pipelineComm_, dpComm_;
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
   RankPlace place_;
-  pipeline::TraceRecorder trace_;  // logging.trace
+  TraceRecorder trace_;  // logging.trace
   std::vector<std::pair<int64_t, torch::Tensor>> nanChecks_;  // (step, per-parameter finite flags), Note [lazy nan check]
   void checkNonFinite();
   // The metrics report (end of run, and on SIGUSR2): compiles, time split, traffic, host syncs per step.

@@ -137,6 +137,7 @@ void recompute(Record& target) {
                c.stageName << ": storage of node " << target.key.node << " was freed for recompute but its segment is "
                            << "gone (internal error)");
   const auto t0 = Clock::now();
+  const auto mark = c.trace ? c.trace->current() : TraceRecorder::Mark{};
   std::vector<std::shared_ptr<SegmentState>> states{target.segment};
   const auto& own = c.segmentPositions[target.segment->decision];
   std::set<int> group(own.begin(), own.end());
@@ -285,6 +286,13 @@ void recompute(Record& target) {
   for (auto& st : states) st->captures.clear(), st->rngStates.clear();
   for (auto* r : members) r->segment.reset();
   ++c.stats.recomputes;
+  if (c.trace && mark.active) {
+    const auto more = positions.size() - 1;
+    c.trace->add(mark,
+                 "recompute " + c.nodeName(positions.front()) +
+                     (more ? " and " + std::to_string(more) + " more node" + (more > 1 ? "s" : "") : std::string()),
+                 "compute", c.backwardMicroBatch, "recompute");
+  }
   c.stats.recomputeSeconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

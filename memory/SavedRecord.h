@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/NodeProgram.h"
+#include "core/Trace.h"
 #include "memory/MemoryFacts.h"
 #include "memory/MemoryPlan.h"
 #include "memory/SavedTensorHooks.h"
@@ -52,6 +53,8 @@ struct Context {
   MemoryFacts facts;
   std::map<StorageKey, int> factIndex;
   std::string stageName;
+  TraceRecorder* trace = nullptr;  // recomputes as trace events (StageMemory::setTrace)
+  int backwardMicroBatch = -1;     // the micro-batch in backward (trace events)
 
   std::string nodeName(int pos) const;  // "aten::gelu (node 37)"
 };

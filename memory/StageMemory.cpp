@@ -354,7 +354,7 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
     r->registry = f.registry;
     (*f.registry)[r->key] = r;
     if (r->action == TensorAction::Swap) {
-      r->slot = c.engine->swapOut(t.storage());
+      r->slot = c.engine->swapOut(t.storage(), f.microBatch);
       swapOrder_[f.microBatch].push_back(r->slot);
     } else {
       f.recomputeRecords.push_back(r);
@@ -395,8 +395,14 @@ void StageMemory::endForward() {
   forward_.reset();
 }
 
+void StageMemory::setTrace(TraceRecorder* trace) {
+  context_->trace = trace;
+  if (context_->engine) context_->engine->setTrace(trace);
+}
+
 void StageMemory::beginBackward(int microBatch, const std::vector<int>& nextMicroBatches) {
   auto& c = *context_;
+  c.backwardMicroBatch = microBatch;
   if (!c.engine) return;
   c.engine->check();
   std::vector<std::shared_ptr<SwapSlot>> order;

@@ -95,6 +95,9 @@ class StageMemory : public NodeObserver {
   void endBackward(int microBatch);
 
   bool active() const;  // the plan frees something, or facts are recorded
+  // Swap I/O, swap stalls and recomputes as trace events while `trace` is
+  // active (core/Trace.h); null: none.
+  void setTrace(TraceRecorder* trace);
   // Blocks until every swapped storage is written to the tier (tests use it
   // to make sure backward reads them back rather than catching them in memory).
   void flushSwaps();

@@ -14,6 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+std::string kib(int64_t bytes) { return std::to_string((bytes + 1023) / 1024) + " KiB"; }
+
 }  // namespace
 
 std::shared_ptr<SwapEngine> SwapEngine::start(std::unique_ptr<SwapTier> tier, int64_t windowBytes) {
@@ -36,6 +38,11 @@ SwapEngine::~SwapEngine() {
 }
 
 std::string SwapEngine::describe() const { return tier_->describe(); }
+
+void SwapEngine::setTrace(TraceRecorder* trace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trace_ = trace;
+}
 
 void SwapEngine::failLocked(std::exception_ptr e) {
   if (!error_) error_ = e;
@@ -70,7 +77,7 @@ bool SwapEngine::readAllowedLocked(const SwapSlot& slot) const {
   return prefetchedBytes_ == 0 || prefetchedBytes_ + pendingWriteBytes_ + slot.bytes_ <= window_;
 }
 
-std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage) {
+std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage, int microBatch) {
   std::unique_lock<std::mutex> lock(mutex_);
   rethrowLocked();
   const auto bytes = static_cast<int64_t>(storage.nbytes());
@@ -78,13 +85,16 @@ std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage) {
   if (!fits()) {
     // Memory on its way to the tier stays within the window: wait for the I/O thread.
     const auto t0 = Clock::now();
+    const auto mark = trace_ ? trace_->current() : TraceRecorder::Mark{};
     done_.wait(lock, [&] { return error_ || stop_ || fits(); });
     stats_.stallSeconds += since(t0);
+    if (trace_) trace_->add(mark, "stall: swap window full", "compute", microBatch, "swap");
     rethrowLocked();
   }
   auto slot = std::make_shared<SwapSlot>();
   slot->storage_ = storage;
   slot->bytes_ = bytes;
+  slot->microBatch_ = microBatch;
   slot->engine_ = weak_from_this();
   writes_.push_back(slot);
   pendingWriteBytes_ += bytes;
@@ -116,6 +126,7 @@ c10::Storage SwapEngine::swapIn(SwapSlot& slot) {
   }
   if (slot.state_ != State::Resident) {
     const auto t0 = Clock::now();
+    const auto mark = trace_ ? trace_->current() : TraceRecorder::Mark{};
     ++stats_.demandReads;
     done_.wait(lock, [&] { return error_ || stop_ || slot.state_ != State::Writing; });
     rethrowLocked();
@@ -134,6 +145,7 @@ c10::Storage SwapEngine::swapIn(SwapSlot& slot) {
     }
     done_.wait(lock, [&] { return error_ || stop_ || slot.state_ == State::Resident; });
     stats_.stallSeconds += since(t0);
+    if (trace_) trace_->add(mark, "stall: swap-in " + kib(slot.bytes_), "compute", slot.microBatch_, "swap");
     rethrowLocked();
   }
   SLUICE_CHECK(slot.state_ == State::Resident, MemoryError, "swap: a released slot was read (internal error)");
@@ -222,11 +234,23 @@ void SwapEngine::run() {
         // One batch: every queued write, then one sync for all of them.
         std::vector<std::shared_ptr<SwapSlot>> batch(writes_.begin(), writes_.end());
         writes_.clear();
-        for (auto& s : batch) s->state_ = State::Writing;
+        int64_t batchBytes = 0;
+        int batchMicroBatch = batch.front()->microBatch_;
+        for (auto& s : batch) {
+          s->state_ = State::Writing;
+          batchBytes += s->bytes_;
+          if (s->microBatch_ != batchMicroBatch) batchMicroBatch = -1;
+        }
+        TraceRecorder* trace = trace_;
         lock.unlock();
+        const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
         std::vector<int64_t> where;
         for (auto& s : batch) where.push_back(tier_->write(s->storage_.data(), s->bytes_));
         tier_->sync();
+        if (trace) {
+          trace->add(mark, "swap out " + std::to_string(batch.size()) + " (" + kib(batchBytes) + ")", "io",
+                     batchMicroBatch);
+        }
         lock.lock();
         for (size_t i = 0; i < batch.size(); ++i) {
           auto& s = batch[i];
@@ -253,9 +277,12 @@ void SwapEngine::run() {
       const bool demanded = s == urgent_;
       if (demanded) urgent_ = nullptr;
       s->state_ = State::Reading;
+      TraceRecorder* trace = trace_;
       lock.unlock();
+      const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
       auto bytes = torch::empty({s->bytes_}, torch::kUInt8);
       tier_->read(s->location_, bytes.data_ptr(), s->bytes_);
+      if (trace) trace->add(mark, std::string(demanded ? "swap in (demand) " : "swap in ") + kib(s->bytes_), "io", s->microBatch_);
       lock.lock();
       stats_.bytesRead += s->bytes_;
       ++stats_.reads;

@@ -19,6 +19,8 @@
 //   failed or stopped engine wakes every waiter.
 // Only the I/O thread touches the tier. Slots may outlive the engine
 // (release() is then a no-op). Stall time (compute thread blocked) is counted.
+// With setTrace, writes and reads are trace events on the "io" stream and
+// the compute thread's stalls nested "swap" events on "compute" (core/Trace.h).
 #pragma once
 
 #include <c10/core/Storage.h>
@@ -31,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/Trace.h"
 #include "memory/SwapTier.h"
 
 namespace sluice::memory {
@@ -53,6 +56,7 @@ class SwapSlot {
   State state_ = State::Queued;
   c10::Storage storage_;
   int64_t bytes_ = 0, location_ = -1;
+  int microBatch_ = -1;         // for the trace
   bool prefetched_ = false;     // read ahead, not yet handed out (counts against the window)
   bool releaseAfterIo_ = false; // released while the I/O thread worked on it
   bool queuedForRead_ = false;
@@ -66,7 +70,8 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   SwapEngine(const SwapEngine&) = delete;
   SwapEngine& operator=(const SwapEngine&) = delete;
 
-  std::shared_ptr<SwapSlot> swapOut(const c10::Storage& storage);
+  // microBatch: the micro-batch whose forward saved it (trace events only).
+  std::shared_ptr<SwapSlot> swapOut(const c10::Storage& storage, int microBatch = -1);
   void prefetch(const std::vector<std::shared_ptr<SwapSlot>>& slots);
   c10::Storage swapIn(SwapSlot& slot);
   void release(SwapSlot& slot);
@@ -77,6 +82,8 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   SwapStats stats() const;
   std::string describe() const;
   int64_t windowBytes() const { return window_; }
+  // Records I/O and stalls while `trace` is active; null: none. Set before use.
+  void setTrace(TraceRecorder* trace);
 
  private:
   SwapEngine(std::unique_ptr<SwapTier> tier, int64_t windowBytes);
@@ -97,6 +104,7 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   bool stop_ = false;
   std::exception_ptr error_;
   SwapStats stats_;
+  TraceRecorder* trace_ = nullptr;
   std::thread thread_;
 };
 

@@ -209,16 +209,24 @@ torch::Tensor DistAdam::step(LossClosure closure) {
     for (size_t i = 0; i < slots_.size(); ++i) launchReduce(i);
   }
   // Reverse order: the last parameters' gradients were ready (and reduced) first.
+  const bool traced = trace_ && trace_->active();
+  auto wait = [&](auto& request, const char* what, size_t k) {
+    if (!traced) return request.wait();
+    const auto mark = trace_->current();
+    request.wait();
+    trace_->add(mark, std::string("wait ") + what + " p" + std::to_string(k), "collective", -1);
+  };
+  const char* reduction = mode_ == DistAdamMode::AllReduce ? "all-reduce" : "reduce-scatter";
   for (size_t k = slots_.size(); k-- > 0;) {
     auto& s = *slots_[k];
-    s.reduce.wait();
+    wait(s.reduce, reduction, k);
     updateShard(k, s);
     if (mode_ != DistAdamMode::AllReduce) s.gather = comm_.iallGather(s.paramShard, s.gathered);
   }
   for (size_t k = slots_.size(); k-- > 0;) {
     auto& s = *slots_[k];
     if (mode_ != DistAdamMode::AllReduce) {
-      s.gather.wait();
+      wait(s.gather, "all-gather", k);
       s.param.detach().view({-1}).copy_(s.gathered.narrow(0, 0, s.numel));
     }
     s.accumulated = 0;

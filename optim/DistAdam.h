@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/Communicator.h"
+#include "core/Trace.h"
 
 namespace sluice::optim {
 
@@ -67,6 +68,10 @@ class DistAdam : public torch::optim::Optimizer {
   DistAdamMode mode() const { return mode_; }
   // Reduce-scatters started by hooks since the last step().
   int launchedReductions() const { return launched_; }
+  // step()'s waits on each parameter's reduce-scatter (all-reduce) and
+  // all-gather as trace events on the "collective" stream while `trace` is
+  // active (core/Trace.h); null: none.
+  void setTrace(TraceRecorder* trace) { trace_ = trace; }
   // Bytes of optimizer state held by this rank (exp_avg + exp_avg_sq).
   int64_t stateBytes() const;
 
@@ -99,6 +104,7 @@ class DistAdam : public torch::optim::Optimizer {
   std::vector<std::unique_ptr<Slot>> slots_;
   int accumulationSteps_ = 1;
   int launched_ = 0;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace sluice::optim

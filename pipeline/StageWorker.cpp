@@ -61,6 +61,12 @@ void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swap
   options.stageName = "stage " + std::to_string(stage_.index);
   memory_ = std::make_unique<memory::StageMemory>(module_.program(), stage_.nodeIndex, params_, std::move(options));
   if (!memory_->active()) memory_.reset();
+  if (memory_) memory_->setTrace(trace_);
+}
+
+void StageWorker::setTrace(TraceRecorder* trace) {
+  trace_ = trace;
+  if (memory_) memory_->setTrace(trace);
 }
 
 std::vector<torch::Tensor> StageWorker::trainableParameters() const {
@@ -155,7 +161,7 @@ void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBac
 
 namespace {
 
-// The trace's name and stream of an action (pipeline/Trace.h).
+// The trace's name and stream of an action (core/Trace.h).
 std::pair<std::string, std::string> traceNameOf(const Action& a) {
   const std::string mb = std::to_string(a.microBatch);
   switch (a.kind) {

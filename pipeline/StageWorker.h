@@ -39,7 +39,7 @@
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
 #include "pipeline/Schedule.h"
-#include "pipeline/Trace.h"
+#include "core/Trace.h"
 
 namespace sluice::pipeline {
 
@@ -71,8 +71,9 @@ class StageWorker {
   const memory::StageMemory* memory() const { return memory_.get(); }
   // Called before every forward with its micro-batch (fault injection in tests).
   void setForwardHook(std::function<void(int microBatch)> hook) { forwardHook_ = std::move(hook); }
-  // Record every action of the steps the recorder is active in (nullptr: off).
-  void setTrace(TraceRecorder* trace) { trace_ = trace; }
+  // Record every action of the steps the recorder is active in (nullptr: off),
+  // and the memory plan's swap I/O and recomputes.
+  void setTrace(TraceRecorder* trace);
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);

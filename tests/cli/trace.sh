@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The timeline trace (logging.trace / --trace) of a 2-stage 1F1B job with 4
-# micro-batches: trace.json is valid JSON with both ranks; per rank and traced
-# step, the forward/backward events come in 1F1B's order (written out here
-# from the textbook rule: stage s runs p - 1 - s warm-up forwards, then
-# alternates one forward and one backward, then drains the backwards); no two
-# compute events of a rank overlap; every event lies inside its step. The run
-# ends with each stage's measured busy time and bubble next to the plan's.
+# micro-batches: trace.json is valid JSON with both ranks, and trace_check.py
+# finds per rank and traced step the 1F1B order, no overlapping compute and
+# every event inside its step. The run ends with each stage's measured busy
+# time and bubble next to the plan's. Then the same checks on a run whose
+# memory plan swaps (swap writes and reads on the io stream) and on 2 stages
+# x 2 replicas with full recompute and DistAdam (recomputes inside their
+# backward, reduce-scatter / all-gather waits inside the optimizer step), and
+# the SVG drawn from a trace (rendered by rsvg-convert).
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3  # Debian's, with the packages setup.sh installs
 [ -x "$PY" ] || fail "python3 is needed (scripts/setup.sh installs it)"
-"$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=6 --set model.layers=2 \
-  --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2 --set pipeline.microbatches=4 \
-  --set pipeline.schedule=1f1b --set job.output_dir="$TMP/run" --set "logging.trace_steps=[3, 4]" --trace \
+CFG="$ROOT/configs/quickstart.yaml"
+small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2
+  --set pipeline.microbatches=4 --set pipeline.schedule=1f1b)
+traced=(--set training.steps=6 --set logging.interval=6 --set "logging.trace_steps=[3, 4]" --trace)
+"$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set job.output_dir="$TMP/run" \
   >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "training with --trace"; }
 grep -q "trace: $TMP/run/trace.json (steps 3, 4;" "$TMP/run.log" || fail "no trace line"
 ! ls "$TMP/run"/trace.rank_* >/dev/null 2>&1 || fail "per-rank parts left behind"
@@ -22,41 +26,25 @@ for s in 0 1; do
 done
 grep -qE "bubble \(all stages\) [0-9.]+%, predicted [0-9.]+%" "$TMP/summary" || { cat "$TMP/summary"; fail "no overall bubble"; }
 cat "$TMP/summary"
-"$PY" - "$TMP/run/trace.json" <<'PY' || fail "trace.json"
-import json, sys
-p, m, steps = 2, 4, [3, 4]
-events = json.load(open(sys.argv[1]))["traceEvents"]
-names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-assert names == {0: "stage 0 / replica 0", 1: "stage 1 / replica 0"}, names
-def one_f_one_b(s):
-    warm = min(p - 1 - s, m)
-    order = [f"F{i}" for i in range(warm)]
-    f, b = warm, 0
-    while b < m:
-        if f < m:
-            order.append(f"F{f}"); f += 1
-        order.append(f"B{b}"); b += 1
-    return order
-for rank in (0, 1):
-    mine = [e for e in events if e.get("ph") == "X" and e["pid"] == rank]
-    for step in steps:
-        span = [e for e in mine if e["cat"] == "step" and e["args"]["step"] == step]
-        assert len(span) == 1, (rank, step, span)
-        begin, end = span[0]["ts"], span[0]["ts"] + span[0]["dur"]
-        inside = [e for e in mine if e["args"]["step"] == step and e["cat"] != "step"]
-        for e in inside:
-            assert begin <= e["ts"] and e["ts"] + e["dur"] <= end + 1e-3, (rank, step, e, begin, end)
-        compute = sorted((e for e in inside if e["cat"] == "compute" and e["name"] != "optimizer"), key=lambda e: e["ts"])
-        got = [e["name"] for e in compute]
-        assert got == one_f_one_b(rank), (rank, step, got, one_f_one_b(rank))
-        allc = sorted((e for e in inside if e["cat"] == "compute"), key=lambda e: e["ts"])
-        for a, b in zip(allc, allc[1:]):
-            assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, ("overlap", rank, a, b)
-        assert any(e["name"] == "optimizer" for e in inside), (rank, step)
-        assert any(e["cat"] == "recv" for e in inside) and any(e["cat"] == "send" for e in inside), (rank, step)
-    assert {e["args"]["step"] for e in mine} == set(steps), (rank, {e["args"]["step"] for e in mine})
-print("ok: trace.json: 2 ranks, steps 3 and 4 in 1F1B order, no overlapping compute, every event inside its step")
-PY
+"$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/run/trace.json" 2 4 plain || fail "trace.json"
+
+# A plan that swaps: the partitioner's smallest budget (it names it when asked for less) plus 10%.
+"$SLUICE" profile "$CFG" "${small[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+smallest=$({ "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 0.5 2>&1 || true; } |
+  grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ print $7 }')
+[ -n "$smallest" ] || fail "partition does not name the smallest budget that fits"
+budget=$(awk -v b="$smallest" 'BEGIN { printf "%.2f", b * 1.1 }')
+"$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/swap.pb" --budget-mb "$budget" \
+  >"$TMP/swap.plan.log" 2>&1 || { cat "$TMP/swap.plan.log"; fail "partition at $budget MiB"; }
+"$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.plan="$TMP/swap.pb" --set job.output_dir="$TMP/swap" \
+  >"$TMP/swap.log" 2>&1 || { cat "$TMP/swap.log"; fail "training a swapping plan with --trace"; }
+grep -q "storages swapped to file" "$TMP/swap.log" || { cat "$TMP/swap.log"; fail "the plan at $budget MiB does not swap"; }
+"$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/swap/trace.json" 2 4 swap || fail "trace.json of the swapping run"
+# Full recompute and DistAdam on 2 stages x 2 replicas.
+OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.data_parallel=2 \
+  --set optimizer.name=dist_adam --set training.micro_batch_size=2 --set memory.policy=full_recompute \
+  --set job.output_dir="$TMP/dist" >"$TMP/dist.log" 2>&1 || { cat "$TMP/dist.log"; fail "training 2 x 2 with --trace"; }
+"$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/dist/trace.json" 2 4 recompute_dist || fail "trace.json of the 2 x 2 run"
 
 # The picture: `sluice trace show` -> SVG -> PNG by rsvg-convert (librsvg, independent of Sluice), decoded
 # here: the expected size, and not blank (many pixels neither white nor the row background, many colours).
@@ -100,6 +88,17 @@ assert inked > 0.10 * len(pixels), f"only {inked} of {len(pixels)} pixels drawn"
 assert colours > 50, f"only {colours} colours"
 print(f"ok: timeline.png {w} x {h}: {100 * inked / len(pixels):.0f}% of the pixels drawn, {colours} colours")
 PY
+# The swapping and 2 x 2 traces draw too (4 rows: 56 + 4 x 40 + 40 pixels high), with their recompute,
+# swap and collective marks.
+for run in swap:176 dist:256; do
+  name=${run%%:*} height=${run##*:}
+  "$SLUICE" trace show "$TMP/$name/trace.json" -o "$TMP/$name.svg" >"$TMP/$name.show.log" 2>&1 || { cat "$TMP/$name.show.log"; fail "trace show $name"; }
+  grep -q "wrote $TMP/$name.svg (1200 x $height)" "$TMP/$name.show.log" || { cat "$TMP/$name.show.log"; fail "trace show $name: size"; }
+  rsvg-convert -o "$TMP/$name.png" "$TMP/$name.svg" || fail "rsvg-convert could not render the $name SVG"
+done
+grep -q 'fill="#2471a3"><title>swap out' "$TMP/swap.svg" || fail "no swap writes drawn"
+grep -q 'fill="#e67e22"><title>recompute' "$TMP/dist.svg" || fail "no recomputes drawn"
+grep -q 'fill="url(#collective)"><title>wait reduce-scatter' "$TMP/dist.svg" || fail "no collective waits drawn"
 echo '{"a": 1}' >"$TMP/not_a_trace.json"
 expect_failure not_a_trace "is not a trace (no traceEvents list" "$TMP/bad.svg" -- \
   "$SLUICE" trace show "$TMP/not_a_trace.json" -o "$TMP/bad.svg"
