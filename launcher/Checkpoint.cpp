@@ -92,7 +92,13 @@ std::map<std::string, std::string> modelFields(const Config& config) {
   std::map<std::string, std::string> out;
   auto root = YAML::Load(config.toYaml());
   for (auto it = root["model"].begin(); it != root["model"].end(); ++it) {
-    out[it->first.as<std::string>()] = it->second.as<std::string>();
+    if (it->second.IsScalar()) {
+      out[it->first.as<std::string>()] = it->second.as<std::string>();
+    } else {
+      YAML::Emitter e;
+      e << YAML::Flow << it->second;
+      out[it->first.as<std::string>()] = e.c_str();
+    }
   }
   return out;
 }

@@ -26,6 +26,24 @@ const char* typeName() {
   return "an integer";
 }
 
+InputSpec readTensorSpec(const YAML::Node& node, const std::string& key) {
+  SLUICE_CHECK(node.IsMap(), ConfigError, "config error: " << key << " must be a mapping {name, shape, dtype}");
+  InputSpec t;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const auto k = it->first.as<std::string>();
+    try {
+      if (k == "name") t.name = it->second.as<std::string>();
+      else if (k == "shape") t.shape = it->second.as<std::vector<int64_t>>();
+      else if (k == "dtype") t.dtype = it->second.as<std::string>();
+      else throw ConfigError("config error: unknown key '" + key + "." + k + "'. Known keys: dtype name shape");
+    } catch (const YAML::Exception&) {
+      throw ConfigError("config error: " + key + "." + k + ": expected " +
+                        (k == "shape" ? "a list of sizes like [28, 28]" : "a string"));
+    }
+  }
+  return t;
+}
+
 // Reads one YAML map; remembers which keys were read so finish() can reject the rest.
 class MapReader {
  public:
@@ -56,6 +74,15 @@ class MapReader {
                         shown.str() + "'");
     }
   }
+
+  // The raw node of a key (an invalid node when absent); marks the key as known.
+  YAML::Node raw(const std::string& key) {
+    known_.insert(key);
+    if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& node = node_;
+    return node[key];
+  }
+  const std::string& path() const { return path_; }
 
   // A nested section (e.g. optimizer.dist_adam); marks the key as known here.
   MapReader child(const std::string& key) {
@@ -124,13 +151,49 @@ bool in(const std::string& v, std::initializer_list<const char*> choices) {
   return false;
 }
 
+// model.name: torchscript. What the module's forward takes is checked when
+// it is loaded (models/TorchScript.h); here: the keys and the data.
+void validateTorchScript(const Config& c) {
+  const auto& m = c.model;
+  require(!m.path.empty(), "model.name=torchscript needs model.path: a file saved by torch.jit.trace or torch.jit.script "
+                           "(module.save(\"model.pt\")); see README, Bring your PyTorch model");
+  require(std::filesystem::is_regular_file(m.path), "model.path '" + m.path + "' is not a file (save one from PyTorch "
+                                                    "with torch.jit.script(model).save(path))");
+  require(!m.inputs.empty(), "model.name=torchscript needs model.inputs: a list of {name, shape, dtype}, one per "
+                             "argument of forward (shape without the batch dimension)");
+  require(m.loss != "none", "model.loss: none (forward returns its own loss) is not supported yet: return the logits "
+                            "or prediction and set model.loss to cross_entropy or mse");
+  require(in(m.loss, {"cross_entropy", "mse"}), "model.loss must be cross_entropy or mse, got '" + m.loss + "'");
+  auto checkSpec = [&](const InputSpec& t, const std::string& key) {
+    require(in(t.dtype, {"float32", "int64"}), key + ".dtype must be float32 or int64, got '" + t.dtype + "'");
+    for (auto d : t.shape) require(d >= 1, key + ".shape: every size must be >= 1");
+  };
+  for (size_t i = 0; i < m.inputs.size(); ++i) checkSpec(m.inputs[i], "model.inputs[" + std::to_string(i) + "]");
+  checkSpec(m.targets, "model.targets");
+  require(c.data.name == "text", "model.name=torchscript reads data.name=text (byte windows, for language models); "
+                                 "got data.name=" + c.data.name);
+  require(m.inputs.size() == 1, "model.inputs: data." + c.data.name + " gives each sample one input, so forward must "
+                                "take one argument besides the targets; got " + std::to_string(m.inputs.size()));
+  if (c.data.name == "text") {
+    const auto& in0 = m.inputs[0];
+    require(in0.shape.size() == 1 && in0.dtype == "int64",
+            "model.inputs[0] (" + in0.name + "): data.name=text gives windows of byte tokens, so the input must be "
+            "shape [block_size] with dtype int64");
+    require(m.targets.shape == in0.shape && m.targets.dtype == "int64",
+            "model.targets: data.name=text gives the next byte of every position, so targets must be shape [" +
+                std::to_string(in0.shape[0]) + "] with dtype int64 like model.inputs[0]");
+  }
+}
+
 void validate(Config& c) {
   require(!c.job.outputDir.empty(), "job.output_dir must not be empty");
   require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
                                          std::to_string(c.job.threadsPerRank));
   auto& m = c.model;
-  require(in(m.name, {"gpt", "mlp"}), "model.name must be gpt or mlp, got '" + m.name + "'");
-  if (m.name == "gpt") {
+  require(in(m.name, {"gpt", "mlp", "torchscript"}), "model.name must be gpt, mlp or torchscript, got '" + m.name + "'");
+  if (m.name == "torchscript") {
+    validateTorchScript(c);
+  } else if (m.name == "gpt") {
     for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
                           {"model.block_size", m.blockSize}, {"model.layers", m.layers},
                           {"model.heads", m.heads}, {"model.embd", m.embd}}) {
@@ -282,6 +345,20 @@ Config parse(const YAML::Node& root) {
   model.get("hidden", c.model.hidden);
   model.get("mlp_layers", c.model.mlpLayers);
   model.get("classes", c.model.classes);
+  model.get("path", c.model.path);
+  model.get("loss", c.model.loss);
+  {
+    auto inputs = model.raw("inputs");
+    if (inputs.IsDefined() && !inputs.IsNull()) {
+      SLUICE_CHECK(inputs.IsSequence(), ConfigError,
+                   "config error: model.inputs must be a list of {name, shape, dtype}, one per argument of forward");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        c.model.inputs.push_back(readTensorSpec(inputs[i], "model.inputs[" + std::to_string(i) + "]"));
+      }
+    }
+    auto targets = model.raw("targets");
+    if (targets.IsDefined() && !targets.IsNull()) c.model.targets = readTensorSpec(targets, "model.targets");
+  }
   model.finish();
   MapReader data(root, "data");
   data.get("name", c.data.name);
@@ -401,6 +478,16 @@ std::string Config::toYaml() const {
       << model.blockSize << YAML::Key << "layers" << YAML::Value << model.layers << YAML::Key << "heads"
       << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd << YAML::Key << "dropout"
       << YAML::Value << model.dropout;
+  } else if (model.name == "torchscript") {
+    auto spec = [&](const InputSpec& t) {
+      e << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "shape"
+        << YAML::Value << YAML::Flow << t.shape << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::EndMap;
+    };
+    e << YAML::Key << "path" << YAML::Value << model.path << YAML::Key << "inputs" << YAML::Value << YAML::BeginSeq;
+    for (auto& t : model.inputs) spec(t);
+    e << YAML::EndSeq << YAML::Key << "targets" << YAML::Value;
+    spec(model.targets);
+    e << YAML::Key << "loss" << YAML::Value << model.loss;
   } else {
     e << YAML::Key << "input_dim" << YAML::Value << model.inputDim << YAML::Key << "hidden" << YAML::Value
       << model.hidden << YAML::Key << "mlp_layers" << YAML::Value << model.mlpLayers << YAML::Key << "classes"

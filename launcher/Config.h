@@ -20,8 +20,16 @@ struct JobConfig {
   int threadsPerRank = 0;            // LibTorch intra-op threads; 0 = cores / ranks on this node
 };
 
+// One forward argument (or the targets) of a TorchScript model: the shape of
+// one sample (no batch dimension) and its dtype (float32 | int64).
+struct InputSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype = "float32";
+};
+
 struct ModelConfig {
-  std::string name = "gpt";  // gpt | mlp
+  std::string name = "gpt";  // gpt | mlp | torchscript
   // gpt
   int64_t vocabSize = 256;   // byte-level text: 256
   int64_t blockSize = 64;    // sequence length of training windows
@@ -34,6 +42,11 @@ struct ModelConfig {
   int64_t hidden = 256;
   int64_t mlpLayers = 2;
   int64_t classes = 10;
+  // torchscript: a module saved by torch.jit.trace / torch.jit.script (.save)
+  std::string path;
+  std::vector<InputSpec> inputs;     // forward's arguments, in order
+  InputSpec targets;                 // what the loss compares the output with
+  std::string loss = "cross_entropy"; // cross_entropy | mse
 };
 
 struct DataConfig {

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/Bytes.h"
 #include "core/Error.h"
 #include "models/Gpt.h"
 #include "models/Mlp.h"
+#include "models/TorchScript.h"
 
 namespace sluice {
 
@@ -29,7 +31,11 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     double bytes;
   };
   std::vector<Part> parts;
-  if (m.name == "gpt") {
+  if (m.name == "torchscript") {
+    std::error_code ec;
+    const double file = static_cast<double>(std::filesystem::file_size(m.path, ec));
+    parts.push_back({"parameters, gradients and Adam state (model.path: about 4x the file)", ec ? 0.0 : 4 * file});
+  } else if (m.name == "gpt") {
     const double V = m.vocabSize, T = m.blockSize, L = m.layers, d = m.embd, H = m.heads;
     const double params = 2 * V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d;
     parts.push_back({"parameters, gradients and Adam state (model.vocab_size, model.layers, model.embd)", 4 * f * params});
@@ -64,6 +70,25 @@ ModelSetup makeModelSetup(const Config& c) {
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s;
   torch::manual_seed(static_cast<uint64_t>(c.job.seed));
+  if (c.model.name == "torchscript") {
+    std::vector<std::string> names;
+    for (auto& in : c.model.inputs) names.push_back(in.name);
+    auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names));
+    s.module = ts->holder();
+    s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
+    s.inputNames = names;
+    const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
+    s.tokensPerSample = seqLen;
+    s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
+    if (c.model.loss == "mse") {
+      s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
+        return torch::mse_loss(out, target.to(out.scalar_type()));
+      };
+    } else {
+      s.loss = crossEntropy;
+    }
+    return s;
+  }
   if (c.model.name == "gpt") {
     models::GptOptions o;
     o.vocabSize = c.model.vocabSize;
@@ -98,7 +123,7 @@ ModelSetup makeModelSetup(const Config& c) {
 
 OpGraph ModelSetup::capture(int64_t microBatchSize) const {
   auto example = dataset->batch(0, microBatchSize).input;
-  return sluice::capture(*module, forward, {{"input", example}});
+  return sluice::capture(*module, forward, {{inputNames.at(0), example}});
 }
 
 std::vector<torch::Tensor> ModelSetup::tensorsByName(const std::vector<std::string>& names) const {

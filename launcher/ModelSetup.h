@@ -20,6 +20,7 @@ struct ModelSetup {
   pipeline::LossFn loss;
   std::unique_ptr<data::Dataset> dataset;
   int64_t tokensPerSample = 0;  // 0 when tokens do not apply
+  std::vector<std::string> inputNames{"input"};  // the graph's data inputs
 
   // Captures the model at the micro-batch shape.
   OpGraph capture(int64_t microBatchSize) const;

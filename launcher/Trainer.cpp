@@ -20,12 +20,14 @@
 #include "core/HostSync.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
+#include "core/TensorFile.h"
 #include "launcher/Faults.h"
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
 #include "launcher/Timeline.h"
 #include "memory/CountingAllocator.h"
 #include "memory/SwapTier.h"
+#include "models/TorchScript.h"
 #include "optim/DistAdam.h"
 #include "optim/OptimizerState.h"
 
@@ -302,6 +304,36 @@ void Trainer::restore() {
   }
 }
 
+// Note [model.pt]: a TorchScript model's trained weights go back into the
+// user's module: each stage's first replica writes its parameters and buffers
+// (by module path) to a part file in output_dir, rank 0 puts them into the
+// module loaded from model.path and saves output_dir/model.pt atomically.
+void Trainer::exportModel() {
+  if (c_.model.name != "torchscript") return;
+  CommActivity activity("writing model.pt");
+  const fs::path dir(outDir_);
+  auto part = [&](int stage) { return (dir / ("model.stage_" + std::to_string(stage) + ".part")).string(); };
+  if (dpRank_ == 0) {
+    std::map<std::string, torch::Tensor> mine;
+    auto tensors = setup_.tensorsByName(stage_->paramInputs);
+    for (size_t i = 0; i < tensors.size(); ++i) mine[stage_->paramInputs[i]] = tensors[i];
+    writeFileAtomically(part(stageIndex_), encodeTensors(mine));
+  }
+  world_.barrier();
+  if (rank_ == 0) {
+    std::map<std::string, torch::Tensor> all;
+    for (int s = 0; s < c_.pipeline.stages; ++s) {
+      auto tensors = decodeTensors(readFile(part(s)), part(s));
+      all.insert(tensors.begin(), tensors.end());
+      fs::remove(part(s));
+    }
+    models::exportModule(c_.model.path, all, (dir / "model.pt").string());
+    log::info("model: " + (dir / "model.pt").string() + " (the TorchScript module with the trained weights; "
+              "torch.jit.load reads it)");
+  }
+  world_.barrier();
+}
+
 std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   CommActivity activity("checkpoint of step " + std::to_string(stepsDone));
   RankState state;
@@ -325,6 +357,7 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   const auto path = sluice::saveCheckpoint(c_.checkpointDir(), info, layout(), state, stageIndex_, world_,
                                            c_.checkpoint.keepLatestK);
   if (rank_ == 0) log::info("checkpoint: " + path + " (step " + std::to_string(stepsDone) + ")");
+  if (stepsDone < c_.training.steps) exportModel();  // the last step's is written at the end
   return path;
 }
 
@@ -654,6 +687,7 @@ void Trainer::report() {
     }
     log::info(os.str());
   }
+  exportModel();
   if (metrics_) log::info("metrics: " + (fs::path(outDir_) / "metrics.jsonl").string());
   world_.barrier();
   log::closeFile();

@@ -76,6 +76,7 @@ class Trainer {
   // One step's update, or none when a gradient is not finite on some rank
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
   torch::Tensor step(int64_t step, bool* skipped);
+  void exportModel();
   std::string saveCheckpoint(int64_t stepsDone, double lr);
   // The plan saved with the checkpoint resumed from, when the pipeline settings are still the same.
   std::optional<partition::Plan> planOfCheckpoint() const;

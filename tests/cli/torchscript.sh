@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Bring a PyTorch model: a transformer defined in Python (nn.Embedding,
+# nn.TransformerEncoderLayer, nn.Linear; models/export_example.py) and saved
+# as TorchScript by Debian's python3-torch is trained by Sluice on 1 stage and
+# on 2 stages x 2 replicas with DistAdam, and by PyTorch's own loop
+# (torch.optim.AdamW, the same data order and micro-batches;
+# torchscript_reference.py) from the same file: per-step losses equal within
+# relative 1e-5 over 10 steps. The model.pt Sluice writes, loaded in Python,
+# gives the reference model's outputs, and Sluice started from it computes
+# the loss Python computes with it. Then the errors: a wrong model.path, a
+# file that is not TorchScript, inputs that do not match forward, a forward
+# whose control flow depends on tensor values: a clear message, a non-zero
+# exit, nothing written.
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3  # Debian's, with python3-torch (scripts/setup.sh installs it)
+"$PY" -c "import torch" 2>/dev/null || fail "python3-torch is needed (scripts/setup.sh installs it)"
+TEXT=/usr/share/games/fortunes/fortunes
+BLOCK=32 SEED=7 STEPS=10 LR=0.002 WD=0.01
+"$PY" "$ROOT/models/export_example.py" "$TMP/model.pt" --block $BLOCK --embd 32 --heads 4 --layers 2 \
+  >"$TMP/export.log" 2>&1 || { cat "$TMP/export.log"; fail "export_example.py"; }
+cat >"$TMP/ts.yaml" <<YAML
+job: {name: ts, output_dir: $TMP/unused, seed: $SEED}
+model:
+  name: torchscript
+  path: $TMP/model.pt
+  inputs: [{name: tokens, shape: [$BLOCK], dtype: int64}]
+  targets: {shape: [$BLOCK], dtype: int64}
+  loss: cross_entropy
+data: {name: text, path: $TEXT}
+training: {steps: $STEPS, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {stages: 1, microbatches: 4}
+optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
+logging: {interval: 5}
+YAML
+train() {  # train NAME [--set ...]
+  local name=$1
+  shift
+  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$TMP/ts.yaml" --set job.output_dir="$TMP/$name" "$@" \
+    >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
+}
+train one
+train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set optimizer.name=dist_adam
+grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
+"$PY" "$ROOT/tests/cli/torchscript_reference.py" "$TMP/model.pt" $TEXT $SEED $STEPS 8 2 $LR $WD $BLOCK \
+  "$TMP/ref.json" "$TMP/one/model.pt" || fail "the PyTorch reference"
+"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/ref.json" \
+  >"$TMP/ref.losses"
+for run in one two_by_two; do
+  paste "$TMP/ref.losses" <(losses "$TMP/$run/metrics.jsonl") | awk -v run=$run -v steps=$STEPS '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
+    fail "$run: losses differ from PyTorch's"
+done
+# model.pt in Python: the reference model's logits (not the initial file's), and Sluice from model.pt
+# computes the loss Python computes with it.
+"$PY" - "$TMP/ref.json" <<'PY' || fail "model.pt outputs"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["exported_vs_reference"] < 1e-4, r
+assert r["initial_vs_reference"] > 100 * r["exported_vs_reference"], r
+print(f"ok: model.pt vs the PyTorch-trained model: max |logit difference| {r['exported_vs_reference']:.3g} "
+      f"(initial file: {r['initial_vs_reference']:.3g})")
+PY
+train again --set model.path="$TMP/one/model.pt" --set training.steps=1 --set logging.interval=1
+"$PY" -c "import json, sys; print(repr(json.load(open(sys.argv[1]))['exported_loss_step0']))" "$TMP/ref.json" >"$TMP/exported.loss"
+paste "$TMP/exported.loss" <(losses "$TMP/again/metrics.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; printf "model.pt step-0 loss: Python %s, Sluice %s (relative %g)\n", $1, $2, r; exit (r > 1e-5) }' ||
+  fail "Sluice and Python disagree on model.pt"
+
+# Errors.
+expect_failure missing_path "model.path '$TMP/nope.pt' is not a file" "$TMP/e1" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/nope.pt" --set job.output_dir="$TMP/e1"
+expect_failure not_torchscript "model.path '$TEXT' is not a TorchScript file" "$TMP/e2" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TEXT" --set job.output_dir="$TMP/e2"
+# (TorchScript compiles from source files, so the modules are written to one first.)
+cat >"$TMP/bad_modules.py" <<'PY'
+import sys, torch
+class Two(torch.nn.Module):
+    def forward(self, tokens, positions):
+        return tokens.float() + positions.float()
+class Branchy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 8)
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        if x.sum() > 0:
+            x = x * 2
+        return x
+torch.jit.script(Two()).save(sys.argv[1] + "/two.pt")
+torch.jit.script(Branchy()).save(sys.argv[1] + "/branchy.pt")
+PY
+"$PY" "$TMP/bad_modules.py" "$TMP" >"$TMP/bad_modules.log" 2>&1 || { cat "$TMP/bad_modules.log"; fail "writing the bad modules"; }
+expect_failure wrong_inputs "forward of '$TMP/two.pt' takes 2 arguments (tokens: Tensor, positions: Tensor), model.inputs declares 1" "$TMP/e3" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/two.pt" --set job.output_dir="$TMP/e3"
+expect_failure data_dependent_branch "whose condition depends on tensor values" "$TMP/e4" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/branchy.pt" --set job.output_dir="$TMP/e4"
