@@ -14,6 +14,7 @@
 #include "core/Files.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
+#include "launcher/Checkpoint.h"
 #include "launcher/ClusterLaunch.h"
 #include "launcher/Config.h"
 #include "launcher/Job.h"
@@ -23,8 +24,11 @@
 #include "launcher/Supervisor.h"
 #include "launcher/TimelineSvg.h"
 #include "launcher/Trainer.h"
+#include "models/TorchScript.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -59,12 +63,16 @@ constexpr const char* kUsage =
     "                                      actions from a profile; write a Plan (protobuf) for\n"
     "                                      pipeline.plan (defaults: memory.budget_mb and\n"
     "                                      pipeline.partition.method from the config)\n"
+    "  export CONFIG --checkpoint DIR -o model.pt\n"
+    "                                      a TorchScript model (model.name: torchscript) with the\n"
+    "                                      weights of a checkpoint (DIR: a step_N directory, or the\n"
+    "                                      checkpoint dir for its latest), loadable by torch.jit.load\n"
     "  plan show FILE                      print a plan: one row per stage with its predictions\n"
     "  trace show TRACE.json -o FILE.svg   draw a trace (train --trace) as an SVG timeline\n"
     "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
 
 struct Args {
-  std::string command, config, output, profile, method, budgetMb, hostfile, sbatch;
+  std::string command, config, output, profile, method, budgetMb, hostfile, sbatch, checkpoint;
   bool dryRun = false;
   std::vector<std::string> overrides;
 };
@@ -80,11 +88,13 @@ Args parseArgs(int argc, char** argv) {
     } else if (s == "--trace" && (a.command == "train" || a.command == "worker" || a.command == "launch")) {
       a.overrides.push_back("logging.trace=true");
     } else if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb" ||
-               ((s == "--hostfile" || s == "--sbatch") && a.command == "launch")) {
+               ((s == "--hostfile" || s == "--sbatch") && a.command == "launch") ||
+               (s == "--checkpoint" && a.command == "export")) {
       if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);
       std::string v = argv[++i];
       if (s == "--set") a.overrides.push_back(v);
       if (s == "-o") a.output = v;
+      if (s == "--checkpoint") a.checkpoint = v;
       if (s == "--profile") a.profile = v;
       if (s == "--method") a.method = v;
       if (s == "--budget-mb") a.budgetMb = v;
@@ -206,6 +216,34 @@ int runTraceShow(int argc, char** argv) {
   return 0;
 }
 
+// sluice export: the checkpoint's parameters and buffers (by module path) put
+// into the module at model.path and saved to -o (models/TorchScript.h).
+int runExport(const Args& a) {
+  auto config = sluice::Config::load(a.config, a.overrides);
+  if (config.model.name != "torchscript") {
+    throw sluice::ConfigError("sluice export writes TorchScript models; " + a.config + " has model.name " +
+                              config.model.name + " (its checkpoints load with checkpoint.resume)");
+  }
+  if (a.checkpoint.empty() || a.output.empty()) {
+    throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o model.pt\n\n" + std::string(kUsage));
+  }
+  std::string dir = a.checkpoint;
+  if (!fs::exists(fs::path(dir) / "manifest.yaml") && fs::exists(fs::path(dir) / "latest")) {
+    config.checkpoint.dir = dir;
+    config.checkpoint.resume = "auto";
+    dir = sluice::resumeDirectory(config);
+  }
+  sluice::CheckpointLayout layout;
+  layout.model = sluice::modelFields(config);
+  const auto manifest = sluice::openCheckpoint(dir, layout);
+  const auto names = sluice::models::torchScriptTensorNames(config.model.path);
+  const auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
+  sluice::models::exportModule(config.model.path, state.tensors, a.output);
+  std::cout << "wrote " << a.output << ": " << config.model.path << " with the " << state.tensors.size()
+            << " parameters and buffers of " << dir << " (step " << manifest.step << ")" << std::endl;
+  return 0;
+}
+
 int runTrainOrWorker(const Args& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
   if (!sluice::Communicator::launchedByMpi()) sluice::checkModelFitsMemory(config, config.worldSize());
@@ -309,6 +347,7 @@ int main(int argc, char** argv) {
     if (a.command == "graph") return runGraph(a);
     if (a.command == "profile") return runProfile(a, argc, argv);
     if (a.command == "partition") return runPartition(a);
+    if (a.command == "export") return runExport(a);
     throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
   } catch (const sluice::ConfigError& e) {
     std::cerr << e.what() << std::endl;

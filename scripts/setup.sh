@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Sluice needs, when any is missing. Idempotent.
-#   --bench: also the benchmarks' extras (python3-torch for the PyTorch peer in bench/distadam.sh)
+# (python3-torch: the PyTorch side of the TorchScript tests, models/export_example.py and the PyTorch peer in bench/)
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache
@@ -10,12 +10,12 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
+  python3-torch             # PyTorch 1.13 (Debian's): exporting TorchScript models, the reference loop in tests
   python3 python3-protobuf librsvg2-bin  # tests: reading trace.json and TensorBoard files, rendering the SVG
   e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
   iproute2                  # tests: the test cluster (network namespaces, veth, bridge)
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge  # tests: Slurm on the test cluster
 )
-[ "${1:-}" = "--bench" ] && packages+=(python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,7 +38,7 @@ train() {  # train NAME [--set ...]
   OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$TMP/ts.yaml" --set job.output_dir="$TMP/$name" "$@" \
     >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
 }
-train one
+train one --set checkpoint.interval=5
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam
 grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
@@ -67,6 +67,24 @@ train again --set model.path="$TMP/one/model.pt" --set training.steps=1 --set lo
 paste "$TMP/exported.loss" <(losses "$TMP/again/metrics.jsonl") | awk '
   { d = $1 - $2; if (d < 0) d = -d; r = d / $1; printf "model.pt step-0 loss: Python %s, Sluice %s (relative %g)\n", $1, $2, r; exit (r > 1e-5) }' ||
   fail "Sluice and Python disagree on model.pt"
+
+# sluice export from the checkpoints: the latest (step 10) has model.pt's values exactly; step 5's differ.
+"$SLUICE" export "$TMP/ts.yaml" --checkpoint "$TMP/one/checkpoints" -o "$TMP/exported10.pt" >"$TMP/export10.log" 2>&1 ||
+  { cat "$TMP/export10.log"; fail "sluice export (latest)"; }
+grep -q "wrote $TMP/exported10.pt: .* (step 10)" "$TMP/export10.log" || { cat "$TMP/export10.log"; fail "export: no step 10"; }
+"$SLUICE" export "$TMP/ts.yaml" --checkpoint "$TMP/one/checkpoints/step_00000005" -o "$TMP/exported5.pt" >"$TMP/export5.log" 2>&1 ||
+  { cat "$TMP/export5.log"; fail "sluice export (step_5)"; }
+"$PY" - "$TMP" <<'PY' || fail "exported checkpoints"
+import sys, torch
+d = sys.argv[1]
+final, e10, e5 = (dict(torch.jit.load(f"{d}/{n}.pt").state_dict()) for n in ("one/model", "exported10", "exported5"))
+assert final.keys() == e10.keys() == e5.keys()
+assert all(torch.equal(final[k], e10[k]) for k in final), "export of step 10 differs from model.pt"
+assert any(not torch.equal(final[k], e5[k]) for k in final), "export of step 5 equals step 10"
+print(f"ok: sluice export: step 10 equals model.pt in all {len(final)} tensors; step 5 differs")
+PY
+expect_failure export_other_model "model.path" "$TMP/other.pt" -- \
+  "$SLUICE" export "$TMP/ts.yaml" --set model.path="$TMP/exported5.pt" --checkpoint "$TMP/one/checkpoints" -o "$TMP/other.pt"
 
 # Errors.
 expect_failure missing_path "model.path '$TMP/nope.pt' is not a file" "$TMP/e1" -- \
