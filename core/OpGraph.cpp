@@ -356,6 +356,15 @@ std::vector<torch::Tensor> graphInputs(const OpGraph& graph, torch::nn::Module& 
   return out;
 }
 
+KeepBuffers::KeepBuffers(torch::nn::Module& module) {
+  for (auto& b : module.named_buffers(/*recurse=*/true)) saved_.emplace_back(b.value(), b.value().clone());
+}
+
+KeepBuffers::~KeepBuffers() {
+  torch::NoGradGuard noGrad;
+  for (auto& [buffer, value] : saved_) buffer.copy_(value);
+}
+
 OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs) {
   std::vector<GraphInput> inputs;
   torch::jit::Stack stack;
@@ -380,17 +389,7 @@ OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::
     for (size_t i = 0; i < numData; ++i) data.push_back(in[i].toTensor());
     return {forward(data)};
   };
-  // Tracing runs forward once: buffers it updates (BatchNorm's running
-  // statistics and batch count) get their values back afterwards.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> bufferValues;
-  for (auto& b : module.named_buffers(/*recurse=*/true)) bufferValues.emplace_back(b.value(), b.value().clone());
-  struct Restore {
-    std::vector<std::pair<torch::Tensor, torch::Tensor>>& values;
-    ~Restore() {
-      torch::NoGradGuard noGrad;
-      for (auto& [b, v] : values) b.copy_(v);
-    }
-  } restore{bufferValues};
+  KeepBuffers keep(module);  // tracing runs forward once
   std::shared_ptr<torch::jit::Graph> graph;
   try {
     auto result = torch::jit::tracer::trace(

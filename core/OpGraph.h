@@ -123,7 +123,22 @@ struct NamedTensor {
 
 using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& dataInputs)>;
 
-// Traces forward(dataInputs) on module; parameters and buffers become named graph inputs.
+// Saves the module's buffers and puts their values back when it goes out of
+// scope: running forward outside training (capture, profiling) must not
+// update BatchNorm's running statistics or batch counter.
+class KeepBuffers {
+ public:
+  explicit KeepBuffers(torch::nn::Module& module);
+  ~KeepBuffers();
+  KeepBuffers(const KeepBuffers&) = delete;
+  KeepBuffers& operator=(const KeepBuffers&) = delete;
+
+ private:
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
+};
+
+// Traces forward(dataInputs) on module; parameters and buffers become named
+// graph inputs. Buffers keep their values (KeepBuffers).
 OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs);
 
 // The module's parameters/buffers with these module paths (the names capture()

@@ -170,8 +170,9 @@ void validateTorchScript(const Config& c) {
   };
   for (size_t i = 0; i < m.inputs.size(); ++i) checkSpec(m.inputs[i], "model.inputs[" + std::to_string(i) + "]");
   checkSpec(m.targets, "model.targets");
-  require(c.data.name == "text", "model.name=torchscript reads data.name=text (byte windows, for language models); "
-                                 "got data.name=" + c.data.name);
+  require(c.data.name == "text" || c.data.name == "fashion_mnist",
+          "model.name=torchscript reads data.name text (byte windows) or fashion_mnist (images); got data.name=" +
+              c.data.name);
   require(m.inputs.size() == 1, "model.inputs: data." + c.data.name + " gives each sample one input, so forward must "
                                 "take one argument besides the targets; got " + std::to_string(m.inputs.size()));
   if (c.data.name == "text") {
@@ -182,6 +183,14 @@ void validateTorchScript(const Config& c) {
     require(m.targets.shape == in0.shape && m.targets.dtype == "int64",
             "model.targets: data.name=text gives the next byte of every position, so targets must be shape [" +
                 std::to_string(in0.shape[0]) + "] with dtype int64 like model.inputs[0]");
+  } else {
+    const auto& in0 = m.inputs[0];
+    require(in0.shape == std::vector<int64_t>{1, 28, 28} && in0.dtype == "float32",
+            "model.inputs[0] (" + in0.name + "): data.name=fashion_mnist gives images of shape [1, 28, 28] with dtype "
+            "float32");
+    require(m.targets.shape.empty() && m.targets.dtype == "int64",
+            "model.targets: data.name=fashion_mnist gives one class label per image: shape [] with dtype int64");
+    require(m.loss == "cross_entropy", "model.loss: data.name=fashion_mnist is classification: use cross_entropy");
   }
 }
 
@@ -190,9 +199,23 @@ void validate(Config& c) {
   require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
                                          std::to_string(c.job.threadsPerRank));
   auto& m = c.model;
-  require(in(m.name, {"gpt", "mlp", "torchscript"}), "model.name must be gpt, mlp or torchscript, got '" + m.name + "'");
+  require(in(m.name, {"gpt", "mlp", "torchscript", "cnn"}),
+          "model.name must be gpt, mlp, torchscript or cnn, got '" + m.name + "'");
+  require(in(c.data.name, {"text", "synthetic", "fashion_mnist"}),
+          "data.name must be text, synthetic or fashion_mnist, got '" + c.data.name + "'");
+  if (c.data.path.empty()) {
+    c.data.path = c.data.name == "fashion_mnist" ? "/usr/share/datasets/fashion-mnist" : "/usr/share/games/fortunes";
+  }
   if (m.name == "torchscript") {
     validateTorchScript(c);
+  } else if (m.name == "cnn") {
+    require(!m.channels.empty() && m.channels.size() <= 4,
+            "model.channels must list 1 to 4 block widths (each block halves the 28x28 image), got " +
+                std::to_string(m.channels.size()));
+    for (auto ch : m.channels) require(ch >= 1, "model.channels: every width must be >= 1");
+    require(m.classes >= 1, "model.classes must be >= 1");
+    require(c.data.name == "fashion_mnist", "model.name=cnn needs data.name=fashion_mnist (images)");
+    require(m.classes == 10, "model.classes must be 10 for fashion_mnist, got " + std::to_string(m.classes));
   } else if (m.name == "gpt") {
     for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
                           {"model.block_size", m.blockSize}, {"model.layers", m.layers},
@@ -214,7 +237,25 @@ void validate(Config& c) {
     }
     require(c.data.name == "synthetic", "model.name=mlp needs data.name=synthetic (text data is for gpt)");
   }
-  require(in(c.data.name, {"text", "synthetic"}), "data.name must be text or synthetic, got '" + c.data.name + "'");
+  if (c.data.name == "fashion_mnist") {
+    require(m.name == "cnn" || m.name == "torchscript",
+            "data.name=fashion_mnist gives [1, 28, 28] images: use model.name cnn or torchscript");
+    for (const std::string& split : {std::string("train"), c.data.evalSplit}) {
+      for (const auto& file : {std::string(split == "train" ? "train" : "t10k") + "-images-idx3-ubyte",
+                               std::string(split == "train" ? "train" : "t10k") + "-labels-idx1-ubyte"}) {
+        namespace fs = std::filesystem;
+        require(fs::exists(fs::path(c.data.path) / file) || fs::exists(fs::path(c.data.path) / (file + ".gz")),
+                "data.path '" + c.data.path + "' has no " + file + " (nor " + file +
+                    ".gz): install Debian's dataset-fashion-mnist package or set data.path to the folder of the IDX files");
+      }
+    }
+  }
+  require(in(c.data.evalSplit, {"test", "train"}), "data.eval_split must be test or train, got '" + c.data.evalSplit + "'");
+  require(c.training.evalInterval >= 0, "training.eval_interval must be >= 0 (0 = no evaluation)");
+  require(c.training.evalSamples >= 0, "training.eval_samples must be >= 0 (0 = the whole split)");
+  require(c.training.evalInterval == 0 || c.data.name == "fashion_mnist",
+          "training.eval_interval needs a dataset with a held-out split (data.name=fashion_mnist); data.name=" +
+              c.data.name + " has none");
   if (c.data.name == "text") {
     require(std::filesystem::exists(c.data.path),
             "data.path '" + c.data.path + "' does not exist (install the 'fortunes' package or name a text file or folder)");
@@ -345,6 +386,7 @@ Config parse(const YAML::Node& root) {
   model.get("hidden", c.model.hidden);
   model.get("mlp_layers", c.model.mlpLayers);
   model.get("classes", c.model.classes);
+  model.get("channels", c.model.channels);
   model.get("path", c.model.path);
   model.get("loss", c.model.loss);
   {
@@ -363,12 +405,15 @@ Config parse(const YAML::Node& root) {
   MapReader data(root, "data");
   data.get("name", c.data.name);
   data.get("path", c.data.path);
+  data.get("eval_split", c.data.evalSplit);
   data.finish();
   MapReader training(root, "training");
   training.get("steps", c.training.steps);
   training.get("global_batch_size", c.training.globalBatchSize);
   training.get("micro_batch_size", c.training.microBatchSize);
   training.get("nan_policy", c.training.nanPolicy);
+  training.get("eval_interval", c.training.evalInterval);
+  training.get("eval_samples", c.training.evalSamples);
   training.finish();
   MapReader pipeline(root, "pipeline");
   pipeline.get("stages", c.pipeline.stages);
@@ -478,6 +523,9 @@ std::string Config::toYaml() const {
       << model.blockSize << YAML::Key << "layers" << YAML::Value << model.layers << YAML::Key << "heads"
       << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd << YAML::Key << "dropout"
       << YAML::Value << model.dropout;
+  } else if (model.name == "cnn") {
+    e << YAML::Key << "channels" << YAML::Value << YAML::Flow << model.channels << YAML::Key << "classes" << YAML::Value
+      << model.classes;
   } else if (model.name == "torchscript") {
     auto spec = [&](const InputSpec& t) {
       e << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "shape"
@@ -495,11 +543,13 @@ std::string Config::toYaml() const {
   }
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << data.name
-    << YAML::Key << "path" << YAML::Value << data.path << YAML::EndMap;
+    << YAML::Key << "path" << YAML::Value << data.path << YAML::Key << "eval_split" << YAML::Value << data.evalSplit
+    << YAML::EndMap;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
     << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
     << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "nan_policy" << YAML::Value
-    << training.nanPolicy << YAML::EndMap;
+    << training.nanPolicy << YAML::Key << "eval_interval" << YAML::Value << training.evalInterval << YAML::Key
+    << "eval_samples" << YAML::Value << training.evalSamples << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value
     << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel

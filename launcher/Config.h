@@ -42,6 +42,8 @@ struct ModelConfig {
   int64_t hidden = 256;
   int64_t mlpLayers = 2;
   int64_t classes = 10;
+  // cnn: conv-BN-ReLU-pool blocks of these widths, then a linear head to `classes`
+  std::vector<int64_t> channels{32, 64};
   // torchscript: a module saved by torch.jit.trace / torch.jit.script (.save)
   std::string path;
   std::vector<InputSpec> inputs;     // forward's arguments, in order
@@ -50,8 +52,11 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string name = "text";  // text (byte-level windows of files under path) | synthetic
-  std::string path = "/usr/share/games/fortunes";  // file or folder (text only)
+  std::string name = "text";  // text (byte-level windows of files under path) | synthetic | fashion_mnist
+  // text: a file or folder (default /usr/share/games/fortunes); fashion_mnist:
+  // the folder of the IDX files (default /usr/share/datasets/fashion-mnist)
+  std::string path;
+  std::string evalSplit = "test";  // data.eval_split (fashion_mnist): test | train
 };
 
 struct TrainingConfig {
@@ -62,6 +67,10 @@ struct TrainingConfig {
   // points) | skip (a step whose gradients are not finite anywhere is dropped
   // on every rank and counted in metrics; checked every step)
   std::string nanPolicy = "abort";
+  // training.eval_interval: every this many steps (and after the last), a
+  // forward-only pass over data.eval_split logs eval_loss / eval_accuracy; 0 = off
+  int64_t evalInterval = 0;
+  int64_t evalSamples = 0;  // training.eval_samples: the first N samples of the split; 0 = all
 };
 
 struct CheckpointConfig {

@@ -41,6 +41,32 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps, int64_
 
 void MetricsWriter::record(StepRecord record) { pending_.push_back(std::move(record)); }
 
+void MetricsWriter::recordEval(int64_t step, double loss, double accuracy, int64_t samples, double seconds) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "{\"step\": %lld, \"eval_loss\": %.9g", static_cast<long long>(step), loss);
+  out_ << line;
+  if (accuracy >= 0) {
+    std::snprintf(line, sizeof(line), ", \"eval_accuracy\": %.6f", accuracy);
+    out_ << line;
+  }
+  out_ << ", \"eval_samples\": " << samples << "}\n";
+  out_.flush();
+  std::string console = "eval after step " + std::to_string(step + 1) + "  eval_loss ";
+  std::snprintf(line, sizeof(line), "%.4f", loss);
+  console += line;
+  if (accuracy >= 0) {
+    std::snprintf(line, sizeof(line), "  eval_accuracy %.2f%%", 100 * accuracy);
+    console += line;
+  }
+  std::snprintf(line, sizeof(line), "  (%lld samples, %.1f s)", static_cast<long long>(samples), seconds);
+  log::info(console + line);
+  if (tb_) {
+    tb_->scalar("eval_loss", loss, step);
+    if (accuracy >= 0) tb_->scalar("eval_accuracy", accuracy, step);
+    tb_->flush();
+  }
+}
+
 void MetricsWriter::flush() {
   if (pending_.empty()) return;
   double windowTime = 0;

@@ -38,6 +38,10 @@ class MetricsWriter {
   // Reads the pending losses, appends their lines, prints one progress line.
   void flush();
   double lastLoss() const { return lastLoss_; }
+  // An evaluation after step `step` (0-based, as the step lines): a line
+  // {"step", "eval_loss", "eval_accuracy" (accuracy >= 0 only), "eval_samples"},
+  // the console line, and the TensorBoard scalars.
+  void recordEval(int64_t step, double loss, double accuracy, int64_t samples, double seconds);
   // Also write each step's scalars there (logging.tensorboard).
   void setTensorBoard(std::unique_ptr<TensorBoardWriter> tb) { tb_ = std::move(tb); }
 

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
 #include <filesystem>
 
 #include "core/Bytes.h"
 #include "core/Error.h"
+#include "launcher/data/FashionMnist.h"
+#include "models/Cnn.h"
 #include "models/Gpt.h"
 #include "models/Mlp.h"
 #include "models/TorchScript.h"
@@ -22,6 +25,9 @@ torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& tar
 
 }  // namespace
 
+// The model, its forward, loss and data for the config (no checks).
+static ModelSetup makeModel(const Config& c);
+
 void checkModelFitsMemory(const Config& c, int ranksHere) {
   const auto& m = c.model;
   const double f = 4;  // float32
@@ -35,6 +41,17 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     std::error_code ec;
     const double file = static_cast<double>(std::filesystem::file_size(m.path, ec));
     parts.push_back({"parameters, gradients and Adam state (model.path: about 4x the file)", ec ? 0.0 : 4 * file});
+  } else if (m.name == "cnn") {
+    double params = 0, act = 0, in = 1, size = 28;
+    for (auto ch : m.channels) {
+      params += 9 * in * ch + 3 * ch;
+      act += 6 * ch * size * size;
+      in = static_cast<double>(ch);
+      size = std::floor(size / 2);
+    }
+    params += in * size * size * m.classes;
+    parts.push_back({"parameters, gradients and Adam state (model.channels)", 4 * f * params});
+    parts.push_back({"one micro-batch's activations (training.micro_batch_size, model.channels)", f * B * act});
   } else if (m.name == "gpt") {
     const double V = m.vocabSize, T = m.blockSize, L = m.layers, d = m.embd, H = m.heads;
     const double params = 2 * V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d;
@@ -68,6 +85,15 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
 ModelSetup makeModelSetup(const Config& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
+  ModelSetup s = makeModel(c);
+  if (!s.setTraining) {
+    auto module = s.module;
+    s.setTraining = [module](bool on) { module->train(on); };
+  }
+  return s;
+}
+
+static ModelSetup makeModel(const Config& c) {
   ModelSetup s;
   torch::manual_seed(static_cast<uint64_t>(c.job.seed));
   if (c.model.name == "torchscript") {
@@ -76,10 +102,15 @@ ModelSetup makeModelSetup(const Config& c) {
     auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names));
     s.module = ts->holder();
     s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
+    s.setTraining = [ts](bool on) { ts->setTraining(on); };
     s.inputNames = names;
-    const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
-    s.tokensPerSample = seqLen;
-    s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
+    if (c.data.name == "fashion_mnist") {
+      s.dataset = std::make_unique<data::FashionMnist>(c.data.path, "train", c.job.seed);
+    } else {
+      const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
+      s.tokensPerSample = seqLen;
+      s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
+    }
     if (c.model.loss == "mse") {
       s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
         return torch::mse_loss(out, target.to(out.scalar_type()));
@@ -87,6 +118,17 @@ ModelSetup makeModelSetup(const Config& c) {
     } else {
       s.loss = crossEntropy;
     }
+    return s;
+  }
+  if (c.model.name == "cnn") {
+    models::CnnOptions o;
+    o.channels = c.model.channels;
+    o.classes = c.model.classes;
+    auto cnn = models::Cnn(o);
+    s.module = cnn.ptr();
+    s.forward = [cnn](const std::vector<torch::Tensor>& in) mutable { return cnn->forward(in.at(0)); };
+    s.dataset = std::make_unique<data::FashionMnist>(c.data.path, "train", c.job.seed);
+    s.loss = crossEntropy;
     return s;
   }
   if (c.model.name == "gpt") {
@@ -119,6 +161,15 @@ ModelSetup makeModelSetup(const Config& c) {
   }
   s.loss = crossEntropy;
   return s;
+}
+
+OpGraph ModelSetup::captureEval(int64_t microBatchSize) const {
+  struct Mode {
+    const ModelSetup& s;
+    ~Mode() { s.setTraining(true); }
+  } restore{*this};
+  setTraining(false);
+  return capture(microBatchSize);
 }
 
 OpGraph ModelSetup::capture(int64_t microBatchSize) const {

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
 #include "core/OpGraph.h"
@@ -21,9 +22,13 @@ struct ModelSetup {
   std::unique_ptr<data::Dataset> dataset;
   int64_t tokensPerSample = 0;  // 0 when tokens do not apply
   std::vector<std::string> inputNames{"input"};  // the graph's data inputs
+  std::function<void(bool)> setTraining;         // train / eval mode of the model (BatchNorm, dropout)
 
-  // Captures the model at the micro-batch shape.
+  // Captures the model at the micro-batch shape (training mode).
   OpGraph capture(int64_t microBatchSize) const;
+  // The same in eval mode (BatchNorm reads its running statistics, dropout
+  // is off), for evaluation; the model is left in training mode.
+  OpGraph captureEval(int64_t microBatchSize) const;
   // Parameters/buffers by module path, in the order given.
   std::vector<torch::Tensor> tensorsByName(const std::vector<std::string>& names) const;
 };

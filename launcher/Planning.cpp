@@ -9,6 +9,7 @@
 namespace sluice {
 
 partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph) {
+  KeepBuffers keep(*setup.module);  // profiling runs forward many times
   auto batch = setup.dataset->batch(0, c.training.microBatchSize);
   auto inputs = graphInputs(graph, *setup.module, {batch.input});
   log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +

@@ -21,6 +21,7 @@
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "core/TensorFile.h"
+#include "launcher/Evaluation.h"
 #include "launcher/Faults.h"
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
@@ -205,6 +206,9 @@ void Trainer::buildStage() {
     for (auto& d : memoryPlan_.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
     log::info("stage " + std::to_string(stageIndex_) + " memory plan: " + std::to_string(swaps) + " storages swapped" +
               (swaps ? " to " + mem->swapDescription() : "") + ", " + std::to_string(recomputes) + " recomputed");
+  }
+  if (c_.training.evalInterval > 0) {
+    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_);
   }
   auto params = worker_->trainableParameters();
   if (c_.logging.measureMemory && !worker_->memory()) {
@@ -477,6 +481,29 @@ void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<
   }
 }
 
+// Note [BatchNorm across stages and replicas] (Evaluation.h): the buffers
+// forward updates (read by aten::batch_norm or written by aten::add_, e.g.
+// running_mean, running_var, num_batches_tracked) go from the first replica
+// to the others after every step.
+void Trainer::syncBuffers() {
+  if (c_.pipeline.dataParallel < 2) return;
+  if (!syncedBuffers_) {
+    syncedBuffers_.emplace();
+    std::set<std::string> names;
+    for (const auto& node : graph_->nodes()) {
+      if (node.op != "aten::batch_norm" && node.op != "aten::add_") continue;
+      for (const auto& p : node.params) names.insert(p);
+    }
+    for (const auto& in : graph_->inputs()) {
+      if (in.kind != InputKind::Buffer || !names.count(in.name)) continue;
+      if (std::find(stage_->paramInputs.begin(), stage_->paramInputs.end(), in.name) == stage_->paramInputs.end()) continue;
+      syncedBuffers_->push_back(setup_.tensorsByName({in.name})[0]);
+    }
+  }
+  torch::NoGradGuard noGrad;
+  for (auto& b : *syncedBuffers_) dpComm_.broadcast(b, 0);
+}
+
 void Trainer::train() {
   Communicator::setWaitTimeout(c_.cluster.timeoutS);
   optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
@@ -532,6 +559,7 @@ void Trainer::train() {
     stopFlags.fill_(stopAsked.load() ? 1 : 0);
     stopVote = world_.iallReduce(stopFlags, ReduceOp::Max);
     const int64_t done = step + 1;
+    syncBuffers();
     // With checkpoints on, the last step is always saved too (training can be extended from it).
     const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
                                      (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
@@ -554,6 +582,10 @@ void Trainer::train() {
       counters_.maxSyncsNonLog = std::max(counters_.maxSyncsNonLog, syncs);
     }
     if (reportAsked.exchange(false)) log::info(metricsReport());
+    if (evaluator_ && (done % c_.training.evalInterval == 0 || done == c_.training.steps || stop)) {
+      const auto r = evaluator_->run();
+      if (metrics_ && r.samples > 0) metrics_->recordEval(step, r.loss, r.accuracy, r.samples, r.seconds);
+    }
     if (stop) {
       if (rank_ == 0) {
         log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +

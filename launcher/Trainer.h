@@ -36,6 +36,7 @@
 #include "core/OpGraph.h"
 #include "launcher/Checkpoint.h"
 #include "launcher/Config.h"
+#include "launcher/Evaluation.h"
 #include "launcher/Metrics.h"
 #include "launcher/ModelSetup.h"
 #include "launcher/RankEnv.h"
@@ -77,6 +78,7 @@ class Trainer {
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
   torch::Tensor step(int64_t step, bool* skipped);
   void exportModel();
+  void syncBuffers();
   std::string saveCheckpoint(int64_t stepsDone, double lr);
   // The plan saved with the checkpoint resumed from, when the pipeline settings are still the same.
   std::optional<partition::Plan> planOfCheckpoint() const;
@@ -111,6 +113,8 @@ class Trainer {
   std::unique_ptr<pipeline::StageWorker> worker_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Evaluator> evaluator_;                      // training.eval_interval > 0
+  std::optional<std::vector<torch::Tensor>> syncedBuffers_;  // Trainer::syncBuffers
   std::unique_ptr<memory::LiveSavedBytes> savedBytes_;
   pipeline::ComputeTimes warm_;
   int64_t warmSteps_ = 0;

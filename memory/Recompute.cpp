@@ -198,6 +198,19 @@ void recompute(Record& target) {
       if (producer >= 0 && inGroup.count(producer)) lastRead[producer] = x;
     }
   }
+  // Note [buffers in a replay]: forward already updated the buffers the
+  // group writes (BatchNorm's running statistics through aten::batch_norm,
+  // its batch counter through aten::add_); the replay must leave them as
+  // forward left them, so the stage's buffers are put back afterwards.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffersBefore;
+  if (std::any_of(positions.begin(), positions.end(), [&](int pos) {
+        const auto kind = c.program->node(pos)->kind();
+        return kind == c10::Symbol::fromQualString("aten::batch_norm") || kind == c10::Symbol::fromQualString("aten::add_");
+      })) {
+    for (auto& p : c.params) {
+      if (!p.requires_grad()) buffersBefore.emplace_back(p, p.clone());
+    }
+  }
   std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
   for (size_t x = 0; x < positions.size(); ++x) {
     const int pos = positions[x];
@@ -281,6 +294,10 @@ void recompute(Record& target) {
   if (generatorBefore.defined()) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(generatorBefore);
+  }
+  {
+    torch::NoGradGuard noGrad;
+    for (auto& [buffer, value] : buffersBefore) buffer.copy_(value);
   }
   // Rebuilt: the captured inputs (and the records they pin) can go.
   for (auto& st : states) st->captures.clear(), st->rngStates.clear();

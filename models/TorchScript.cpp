@@ -1,6 +1,7 @@
 #include "models/TorchScript.h"
 
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <filesystem>
 #include <set>
@@ -121,6 +122,10 @@ TorchScriptModel TorchScriptModel::load(const std::string& path, const std::vect
 
 torch::Tensor TorchScriptModel::forward(const std::vector<torch::Tensor>& inputs) {
   std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+  // The plain interpreter: the optimizing executor would run differentiable
+  // subgraphs whose forward returns ints (e.g. batch norm's impl index), which
+  // the tracer cannot record; capture needs the ops, not their speed.
+  torch::jit::GraphOptimizerEnabledGuard plain(false);
   auto out = module_->forward(args);
   SLUICE_CHECK(out.isTensor(), GraphError,
                "model.path '" << path_ << "': forward returned a " << out.tagKind()

@@ -37,6 +37,8 @@ class TorchScriptModel {
 
   std::shared_ptr<torch::nn::Module> holder() const { return holder_; }
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
+  // Training (the default after load) or eval mode, recursively.
+  void setTraining(bool on) { module_->train(on); }
   const std::string& path() const { return path_; }
 
  private:

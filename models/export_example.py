@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A small PyTorch transformer language model, saved as TorchScript for Sluice.
+"""Small PyTorch models saved as TorchScript for Sluice.
 
-    python3 models/export_example.py models/example_transformer.pt
+    python3 models/export_example.py models/example_transformer.pt          # a transformer language model
+    python3 models/export_example.py models/example_cnn.pt --model cnn      # a CNN with BatchNorm (28x28 images)
 
 The model is plain PyTorch (nn.Embedding, nn.TransformerEncoderLayer,
 nn.Linear); nothing in it knows about Sluice. configs/torchscript_transformer.yaml
@@ -32,9 +33,25 @@ class TinyTransformer(nn.Module):
         return self.head(self.norm(x))
 
 
+class SmallCnn(nn.Module):
+    # Convolutions before BatchNorm have no bias: BatchNorm subtracts the mean, so a bias would get only
+    # rounding noise as gradient (which Adam would amplify into steps of size lr).
+    def __init__(self, channels: int, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(1, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(channels, 2 * channels, 3, padding=1, bias=False), nn.BatchNorm2d(2 * channels), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Linear(2 * channels * 7 * 7, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(images).flatten(1))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="where to write the TorchScript file")
+    p.add_argument("--model", choices=["transformer", "cnn"], default="transformer")
+    p.add_argument("--channels", type=int, default=8, help="cnn: channels of the first block (the second has twice)")
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--embd", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
@@ -42,10 +59,13 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(a.seed)
-    model = TinyTransformer(256, a.block, a.embd, a.heads, a.layers)
+    if a.model == "cnn":
+        model, what = SmallCnn(a.channels), "input images [batch, 1, 28, 28] float32"
+    else:
+        model, what = TinyTransformer(256, a.block, a.embd, a.heads, a.layers), f"input tokens [batch, {a.block}] int64"
     torch.jit.script(model).save(a.out)
     n = sum(t.numel() for t in model.parameters())
-    print(f"wrote {a.out}: TinyTransformer, {n} parameters, input tokens [batch, {a.block}] int64")
+    print(f"wrote {a.out}: {type(model).__name__}, {n} parameters, {what}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #include "pipeline/StageWorker.h"
 
+#include "core/HostSync.h"
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -9,6 +11,7 @@
 #include <optional>
 
 #include "core/Error.h"
+#include "core/HostSync.h"
 
 namespace sluice::pipeline {
 
@@ -130,6 +133,35 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
   }
   times_.forwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++times_.forwards;
+}
+
+EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool classifier) {
+  torch::NoGradGuard noGrad;
+  EvalSums sums;
+  const size_t nIn = stage_.boundaryInputs.size();
+  for (size_t mb = 0; mb < microBatches.size(); ++mb) {
+    CommActivity activity("evaluation, micro-batch " + std::to_string(mb));
+    std::vector<torch::Tensor> in;
+    if (isFirst()) {
+      in.push_back(microBatches[mb].input);
+    } else {
+      for (size_t i = 0; i < nIn; ++i) {
+        in.push_back(comm_.recv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, static_cast<int>(i)).tensor);
+      }
+    }
+    in.insert(in.end(), params_.begin(), params_.end());
+    auto outputs = module_.forward(in);
+    if (!isLast()) {
+      for (size_t i = 0; i < outputs.size(); ++i) comm_.send(outputs[i], stage_.index + 1, static_cast<int>(i));
+      continue;
+    }
+    const auto& target = microBatches[mb].target;
+    const double rows = static_cast<double>(target.size(0));
+    sums.loss += hostsync::read<double>(lossFn_(outputs.at(0), target)) * rows;
+    if (classifier) sums.correct += hostsync::read<double>(outputs.at(0).argmax(-1).eq(target).sum());
+    sums.samples += rows;
+  }
+  return sums;
 }
 
 void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBackwards) {

@@ -50,6 +50,13 @@ struct MicroBatch {
 
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
+// Sums of a forward-only pass (last stage; zeros elsewhere): loss summed
+// over samples (mean loss x rows per micro-batch), correct argmax
+// predictions (classifiers: output [rows, classes], targets [rows]), samples.
+struct EvalSums {
+  double loss = 0, correct = 0, samples = 0;
+};
+
 // Wall time of this stage's compute (forward incl. the loss on the last
 // stage; backward), summed over micro-batches since construction.
 struct ComputeTimes {
@@ -79,6 +86,13 @@ class StageWorker {
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
   torch::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
+
+  // Forward only, no autograd graph, no saved tensors: micro-batches in
+  // order, each stage receiving from the previous and sending to the next
+  // (blocking; call between steps, when no training message is in flight).
+  // For evaluation with a graph captured in eval mode; the loss is
+  // lossFn(output, target) per micro-batch, unscaled.
+  EvalSums evaluate(const std::vector<MicroBatch>& microBatches, bool classifier);
 
   // Parameters (not buffers) this stage updates.
   std::vector<torch::Tensor> trainableParameters() const;

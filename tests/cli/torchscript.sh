@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bring a PyTorch model: a transformer defined in Python (nn.Embedding,
+# Bring a PyTorch model. First a transformer defined in Python (nn.Embedding,
 # nn.TransformerEncoderLayer, nn.Linear; models/export_example.py) and saved
 # as TorchScript by Debian's python3-torch is trained by Sluice on 1 stage and
 # on 2 stages x 2 replicas with DistAdam, and by PyTorch's own loop
@@ -7,7 +7,9 @@
 # torchscript_reference.py) from the same file: per-step losses equal within
 # relative 1e-5 over 10 steps. The model.pt Sluice writes, loaded in Python,
 # gives the reference model's outputs, and Sluice started from it computes
-# the loss Python computes with it. Then the errors: a wrong model.path, a
+# the loss Python computes with it; `sluice export` gives the checkpoints'
+# weights. Then a CNN with BatchNorm on Fashion-MNIST the same way, with
+# evaluation compared to PyTorch's. Then the errors: a wrong model.path, a
 # file that is not TorchScript, inputs that do not match forward, a forward
 # whose control flow depends on tensor values: a clear message, a non-zero
 # exit, nothing written.
@@ -42,8 +44,9 @@ train one --set checkpoint.interval=5
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam
 grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
-"$PY" "$ROOT/tests/cli/torchscript_reference.py" "$TMP/model.pt" $TEXT $SEED $STEPS 8 2 $LR $WD $BLOCK \
-  "$TMP/ref.json" "$TMP/one/model.pt" || fail "the PyTorch reference"
+"$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/model.pt" --data text --path $TEXT --seed $SEED \
+  --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/ref.json" \
+  --exported "$TMP/one/model.pt" || fail "the PyTorch reference"
 "$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/ref.json" \
   >"$TMP/ref.losses"
 for run in one two_by_two; do
@@ -85,6 +88,65 @@ print(f"ok: sluice export: step 10 equals model.pt in all {len(final)} tensors; 
 PY
 expect_failure export_other_model "model.path" "$TMP/other.pt" -- \
   "$SLUICE" export "$TMP/ts.yaml" --set model.path="$TMP/exported5.pt" --checkpoint "$TMP/one/checkpoints" -o "$TMP/other.pt"
+
+# A CNN with BatchNorm (models/export_example.py --model cnn) on Fashion-MNIST, against PyTorch the same
+# way: 1 stage, 2 stages, 2 stages x 2 replicas (DistAdam). Evaluation (eval mode: BatchNorm's running
+# statistics) on the first 256 test images after the last step: with one replica, Sluice's eval_loss and
+# eval_accuracy equal PyTorch's eval of its own trained model (so the running statistics, updated per
+# micro-batch on whichever stage holds the BatchNorm, equal one process's), and model.pt's eval-mode
+# outputs equal the reference model's.
+FMNIST=/usr/share/datasets/fashion-mnist
+[ -e $FMNIST/train-images-idx3-ubyte.gz ] || fail "Fashion-MNIST is needed (scripts/setup.sh installs dataset-fashion-mnist)"
+"$PY" "$ROOT/models/export_example.py" "$TMP/cnn.pt" --model cnn --channels 8 >"$TMP/export_cnn.log" 2>&1 ||
+  { cat "$TMP/export_cnn.log"; fail "export_example.py --model cnn"; }
+cat >"$TMP/cnn.yaml" <<YAML
+job: {name: cnn, output_dir: $TMP/unused, seed: $SEED}
+model:
+  name: torchscript
+  path: $TMP/cnn.pt
+  inputs: [{name: images, shape: [1, 28, 28], dtype: float32}]
+  targets: {shape: [], dtype: int64}
+  loss: cross_entropy
+data: {name: fashion_mnist, path: $FMNIST}
+training: {steps: $STEPS, global_batch_size: 16, micro_batch_size: 4, eval_interval: $STEPS, eval_samples: 256}
+pipeline: {stages: 1, microbatches: 4}
+optimizer: {name: adamw, lr: 0.003, weight_decay: $WD, schedule: constant}
+logging: {interval: 5}
+YAML
+train_cnn() {  # train_cnn NAME [--set ...]
+  local name=$1
+  shift
+  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$TMP/cnn.yaml" --set job.output_dir="$TMP/$name" "$@" \
+    >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
+}
+train_cnn cnn_one
+train_cnn cnn_two --set pipeline.stages=2
+train_cnn cnn_2x2 --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set optimizer.name=dist_adam
+"$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/cnn.pt" --data fashion_mnist --path $FMNIST --seed $SEED \
+  --steps $STEPS --global 16 --micro 4 --lr 0.003 --wd $WD --out "$TMP/cnn_ref.json" --exported "$TMP/cnn_one/model.pt" \
+  --eval-samples 256 || fail "the PyTorch reference (cnn)"
+"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/cnn_ref.json" \
+  >"$TMP/cnn_ref.losses"
+for run in cnn_one cnn_two cnn_2x2; do
+  paste "$TMP/cnn_ref.losses" <(losses "$TMP/$run/metrics.jsonl") | awk -v run=$run -v steps=$STEPS '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
+    fail "$run: losses differ from PyTorch's"
+done
+"$PY" - "$TMP/cnn_ref.json" "$TMP/cnn_one/metrics.jsonl" "$TMP/cnn_two/metrics.jsonl" <<'PY' || fail "cnn evaluation / model.pt"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["exported_vs_reference"] < 1e-4 and r["initial_vs_reference"] > 100 * r["exported_vs_reference"], r
+for path in sys.argv[2:]:
+    ev = [json.loads(l) for l in open(path) if "eval_loss" in l]
+    assert len(ev) == 1 and ev[0]["eval_samples"] == 256, ev
+    rel = abs(ev[0]["eval_loss"] - r["eval_loss"]) / r["eval_loss"]
+    assert rel < 1e-5 and abs(ev[0]["eval_accuracy"] - r["eval_accuracy"]) < 1e-6, (path, ev, r)
+    print(f"ok: {path.split('/')[-2]}: eval_loss {ev[0]['eval_loss']} vs PyTorch {r['eval_loss']:.9g} (relative {rel:.2g}), "
+          f"eval_accuracy {ev[0]['eval_accuracy']} vs {r['eval_accuracy']}")
+print(f"ok: cnn model.pt vs the PyTorch-trained model (eval mode): max |logit difference| {r['exported_vs_reference']:.3g}")
+PY
 
 # Errors.
 expect_failure missing_path "model.path '$TMP/nope.pt' is not a file" "$TMP/e1" -- \

@@ -1,69 +1,120 @@
 """PyTorch's own training loop for tests/cli/torchscript.sh (Debian's python3-torch).
 
-    torchscript_reference.py MODEL.pt TEXT SEED STEPS GLOBAL MICRO LR WD BLOCK OUT.json [EXPORTED.pt]
+    torchscript_reference.py --model M.pt --data text|fashion_mnist --path P --seed S --steps N
+        --global G --micro B --lr LR --wd WD [--block T] [--exported OUT.pt] [--eval-samples E] --out R.json
 
-Trains the TorchScript module at MODEL.pt with torch.optim.AdamW on the data
-Sluice's text dataset defines (launcher/data/Dataset.h: the window offsets of
-step s (windows of BLOCK + 1 bytes) are torch.randint(0, bytes - BLOCK - 1, (GLOBAL,)) from a CPU generator
-seeded with SEED * 1000003 + s), in micro-batches of MICRO rows in order, each
-micro-batch's mean cross-entropy scaled by 1 / micro-batches, one optimizer
-step per global batch. Writes the per-step losses (before each update) and,
-with EXPORTED.pt (Sluice's model.pt after the same steps), the largest
-difference between its logits and the reference model's on step 0's batch,
-the same for the initial file, and the exported model's loss on that batch.
+Trains the TorchScript module at M.pt with torch.optim.AdamW on the batches
+Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
+- text: the window offsets of step s are torch.randint(0, bytes - T - 1, (G,))
+  from a CPU generator seeded with S * 1000003 + s;
+- fashion_mnist: pixels / 255 normalised with (0.2860, 0.3530); global sample
+  g = s * G + i is perm_e[g % 60000], perm_e = torch.randperm(60000) from a
+  generator seeded with S * 1000003 + 1000000 + e, e = g // 60000;
+in micro-batches of B rows in order, each micro-batch's mean cross-entropy
+scaled by 1 / (G / B), one optimizer step per global batch. Writes the
+per-step losses (before each update) and, with --exported (Sluice's model.pt
+after the same steps): the largest difference between its outputs and the
+reference model's on a batch (train mode for text; eval mode for images),
+the same for the initial file, the exported model's loss on step 0's batch,
+and (images, --eval-samples) the reference model's eval-mode loss and
+accuracy on the first E test images.
 """
+import argparse
+import gzip
 import json
-import sys
 
 import torch
 import torch.nn.functional as F
 
-path, text, seed, steps, glob, micro, lr, wd, T, out = sys.argv[1:11]
-exported = sys.argv[11] if len(sys.argv) > 11 else None
-seed, steps, glob, micro, lr, wd, T = int(seed), int(steps), int(glob), int(micro), float(lr), float(wd), int(T)
+p = argparse.ArgumentParser()
+for name, kind in [("model", str), ("data", str), ("path", str), ("seed", int), ("steps", int), ("global", int),
+                   ("micro", int), ("lr", float), ("wd", float), ("out", str)]:
+    p.add_argument("--" + name, type=kind, required=True)
+p.add_argument("--block", type=int, default=0)
+p.add_argument("--exported")
+p.add_argument("--eval-samples", type=int, default=0)
+a = p.parse_args()
 torch.set_num_threads(1)
-model = torch.jit.load(path)
+model = torch.jit.load(a.model)
 model.train()
-data = torch.tensor(list(open(text, "rb").read()), dtype=torch.uint8)
 
 
-def batch(step):
-    g = torch.Generator().manual_seed(seed * 1000003 + step)
-    offsets = torch.randint(0, data.numel() - T - 1, (glob,), generator=g, dtype=torch.long)
-    idx = offsets.unsqueeze(1) + torch.arange(T + 1).unsqueeze(0)
-    w = data.index_select(0, idx.reshape(-1)).reshape(glob, T + 1).long()
-    return w[:, :T].contiguous(), w[:, 1:].contiguous()
+def idx(path, offset):
+    with gzip.open(path) as f:
+        return torch.frombuffer(bytearray(f.read()[offset:]), dtype=torch.uint8)
+
+
+if a.data == "text":
+    data = torch.tensor(list(open(a.path, "rb").read()), dtype=torch.uint8)
+    T = a.block
+
+    def batch(step):
+        g = torch.Generator().manual_seed(a.seed * 1000003 + step)
+        offsets = torch.randint(0, data.numel() - T - 1, (a.glob,), generator=g, dtype=torch.long)
+        i = offsets.unsqueeze(1) + torch.arange(T + 1).unsqueeze(0)
+        w = data.index_select(0, i.reshape(-1)).reshape(a.glob, T + 1).long()
+        return w[:, :T].contiguous(), w[:, 1:].contiguous()
+else:
+    def split(name):
+        images = idx(f"{a.path}/{name}-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
+        labels = idx(f"{a.path}/{name}-labels-idx1-ubyte.gz", 8).long()
+        return (images.float() / 255.0 - 0.2860) / 0.3530, labels
+
+    train_x, train_y = split("train")
+    n = train_y.numel()
+
+    def batch(step):
+        index = []
+        for i in range(a.glob):
+            g = step * a.glob + i
+            e = g // n
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(a.seed * 1000003 + 1000000 + e))
+            index.append(int(perm[g % n]))
+        index = torch.tensor(index)
+        return train_x.index_select(0, index), train_y.index_select(0, index)
+a.glob = getattr(a, "global")
 
 
 def loss_of(m, x, y):
-    logits = m(x)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    out = m(x)
+    return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
-opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.wd)
 losses = []
-for step in range(steps):
+n_micro = a.glob // a.micro
+for step in range(a.steps):
     x, y = batch(step)
     opt.zero_grad()
-    n = glob // micro
     total = 0.0
-    for i in range(n):
-        loss = loss_of(model, x[i * micro:(i + 1) * micro], y[i * micro:(i + 1) * micro])
-        (loss / n).backward()
+    for i in range(n_micro):
+        loss = loss_of(model, x[i * a.micro:(i + 1) * a.micro], y[i * a.micro:(i + 1) * a.micro])
+        (loss / n_micro).backward()
         total += loss.item()
-    losses.append(total / n)
+    losses.append(total / n_micro)
     opt.step()
 result = {"losses": losses}
-if exported:
+if a.exported:
+    images = a.data != "text"
     x, y = batch(0)
+    got, start = torch.jit.load(a.exported), torch.jit.load(a.model)
+    for m in (model, got, start):
+        m.train(not images)
     with torch.no_grad():
-        ref = model(x[:micro])
-        got = torch.jit.load(exported)
+        ref = model(x[:a.micro])
+        result["exported_vs_reference"] = (got(x[:a.micro]) - ref).abs().max().item()
+        result["initial_vs_reference"] = (start(x[:a.micro]) - ref).abs().max().item()
         got.train()
-        start = torch.jit.load(path)
-        start.train()
-        result["exported_vs_reference"] = (got(x[:micro]) - ref).abs().max().item()
-        result["initial_vs_reference"] = (start(x[:micro]) - ref).abs().max().item()
-        result["exported_loss_step0"] = sum(loss_of(got, x[i * micro:(i + 1) * micro], y[i * micro:(i + 1) * micro]).item()
-                                            for i in range(glob // micro)) / (glob // micro)
-json.dump(result, open(out, "w"))
+        result["exported_loss_step0"] = sum(loss_of(got, x[i * a.micro:(i + 1) * a.micro], y[i * a.micro:(i + 1) * a.micro]).item()
+                                            for i in range(n_micro)) / n_micro
+        if images and a.eval_samples:
+            test_x, test_y = split("t10k")
+            model.eval()
+            total, correct = 0.0, 0
+            for i in range(0, a.eval_samples // a.micro * a.micro, a.micro):
+                out = model(test_x[i:i + a.micro])
+                total += F.cross_entropy(out, test_y[i:i + a.micro]).item() * a.micro
+                correct += int((out.argmax(-1) == test_y[i:i + a.micro]).sum())
+            count = a.eval_samples // a.micro * a.micro
+            result["eval_loss"], result["eval_accuracy"] = total / count, correct / count
+json.dump(result, open(a.out, "w"))

@@ -1,0 +1,70 @@
+#include "launcher/Evaluation.h"
+
+#include <chrono>
+#include <string>
+
+#include "core/Error.h"
+#include "core/GraphSplit.h"
+#include "pipeline/Schedule.h"
+
+namespace sluice {
+
+std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const std::vector<int>& cuts) {
+  // matched[i]: the eval node train node i became (-1: training only).
+  const auto& tn = train.nodes();
+  const auto& en = eval.nodes();
+  std::vector<int> firstEvalAtOrAfter(tn.size() + 1, static_cast<int>(en.size()));
+  size_t j = 0;
+  for (size_t i = 0; i < tn.size(); ++i) {
+    firstEvalAtOrAfter[i] = static_cast<int>(j);
+    if (j < en.size() && tn[i].op == en[j].op) ++j;
+  }
+  SLUICE_CHECK(j == en.size(), GraphError,
+               "evaluation: the model's eval-mode graph does not follow its training graph (eval node "
+                   << j << ", " << (j < en.size() ? en[j].op : std::string("-"))
+                   << ", has no counterpart); evaluation needs the same ops in eval mode apart from training-only "
+                      "updates. Set training.eval_interval: 0");
+  std::vector<int> out;
+  for (int k : cuts) out.push_back(firstEvalAtOrAfter.at(k));
+  return out;
+}
+
+Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph,
+                     const std::vector<int>& cuts, int stageIndex, int dpRank, Communicator pipelineComm,
+                     Communicator dpComm)
+    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), dpComm_(std::move(dpComm)) {
+  const auto evalGraph = setup.captureEval(config.training.microBatchSize);
+  const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
+  auto stages = splitGraph(evalGraph, evalCuts);
+  auto stage = stages.at(stageIndex);
+  data_ = std::make_unique<data::FashionMnist>(config.data.path, config.data.evalSplit, config.job.seed);
+  worker_ = std::make_unique<pipeline::StageWorker>(
+      stage, setup.tensorsByName(stage.paramInputs), std::move(pipelineComm),
+      pipeline::makeSchedule("gpipe", config.pipeline.stages, 1), setup.loss, ExecMode::Eager);
+}
+
+EvalResult Evaluator::run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t mbs = c_.training.microBatchSize, dp = c_.pipeline.dataParallel;
+  int64_t n = data_->samples();
+  if (c_.training.evalSamples > 0) n = std::min(n, c_.training.evalSamples);
+  std::vector<pipeline::MicroBatch> mine;
+  for (int64_t j = dpRank_; j < n / mbs; j += dp) {
+    auto b = data_->slice(j * mbs, (j + 1) * mbs);
+    mine.push_back({b.input, b.target});
+  }
+  const auto sums = worker_->evaluate(mine, /*classifier=*/true);
+  EvalResult r;
+  if (stageIndex_ != c_.pipeline.stages - 1) return r;
+  auto t = torch::tensor({sums.loss, sums.correct, sums.samples}, torch::kDouble);
+  dpComm_.allReduce(t);
+  if (dpRank_ != 0) return r;
+  auto a = t.accessor<double, 1>();
+  r.samples = static_cast<int64_t>(a[2]);
+  r.loss = a[2] > 0 ? a[0] / a[2] : 0;
+  r.accuracy = a[2] > 0 ? a[1] / a[2] : 0;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace sluice
