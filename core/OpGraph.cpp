@@ -361,7 +361,7 @@ KeepBuffers::KeepBuffers(torch::nn::Module& module) {
 }
 
 KeepBuffers::~KeepBuffers() {
-  torch::NoGradGuard noGrad;
+  at::AutoDispatchBelowADInplaceOrView silent;  // no version bump, as a kernel's own buffer update
   for (auto& [buffer, value] : saved_) buffer.copy_(value);
 }
 

@@ -201,7 +201,9 @@ void recompute(Record& target) {
   // Note [buffers in a replay]: forward already updated the buffers the
   // group writes (BatchNorm's running statistics through aten::batch_norm,
   // its batch counter through aten::add_); the replay must leave them as
-  // forward left them, so the stage's buffers are put back afterwards.
+  // forward left them (values and version counters), so the stage's buffers
+  // are put back afterwards. The replayed batch_norm normalises with the
+  // micro-batch's own statistics, so the rebuilt tensors are unaffected.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> buffersBefore;
   if (std::any_of(positions.begin(), positions.end(), [&](int pos) {
         const auto kind = c.program->node(pos)->kind();
@@ -296,7 +298,10 @@ void recompute(Record& target) {
     gen.set_state(generatorBefore);
   }
   {
-    torch::NoGradGuard noGrad;
+    // Below autograd's in-place tracking, as the batch_norm kernel writes its
+    // statistics: the buffers' version counters stay as forward left them
+    // (autograd saved running_mean/var, and checks their versions at unpack).
+    at::AutoDispatchBelowADInplaceOrView silent;
     for (auto& [buffer, value] : buffersBefore) buffer.copy_(value);
   }
   // Rebuilt: the captured inputs (and the records they pin) can go.

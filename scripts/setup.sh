@@ -10,6 +10,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
   fortunes                  # real text for the byte-level GPT
+  dataset-fashion-mnist zlib1g-dev  # real images (gzipped IDX files) for the CNN
   python3-torch             # PyTorch 1.13 (Debian's): exporting TorchScript models, the reference loop in tests
   python3 python3-protobuf librsvg2-bin  # tests: reading trace.json and TensorBoard files, rendering the SVG
   e2fsprogs util-linux mount # tests: small file systems for the swap-directory errors
