@@ -48,7 +48,7 @@ struct ModelConfig {
   std::string path;
   std::vector<InputSpec> inputs;     // forward's arguments, in order
   InputSpec targets;                 // what the loss compares the output with
-  std::string loss = "cross_entropy"; // cross_entropy | mse
+  std::string loss = "cross_entropy"; // cross_entropy | mse | none (forward takes the targets last and returns the loss)
 };
 
 struct DataConfig {

@@ -32,7 +32,7 @@ std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const st
 Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph,
                      const std::vector<int>& cuts, int stageIndex, int dpRank, Communicator pipelineComm,
                      Communicator dpComm)
-    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), dpComm_(std::move(dpComm)) {
+    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), classifier_(!setup.targetsAreInputs), dpComm_(std::move(dpComm)) {
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
@@ -53,7 +53,7 @@ EvalResult Evaluator::run() {
     auto b = data_->slice(j * mbs, (j + 1) * mbs);
     mine.push_back({b.input, b.target});
   }
-  const auto sums = worker_->evaluate(mine, /*classifier=*/true);
+  const auto sums = worker_->evaluate(mine, classifier_);
   EvalResult r;
   if (stageIndex_ != c_.pipeline.stages - 1) return r;
   auto t = torch::tensor({sums.loss, sums.correct, sums.samples}, torch::kDouble);
@@ -62,7 +62,7 @@ EvalResult Evaluator::run() {
   auto a = t.accessor<double, 1>();
   r.samples = static_cast<int64_t>(a[2]);
   r.loss = a[2] > 0 ? a[0] / a[2] : 0;
-  r.accuracy = a[2] > 0 ? a[1] / a[2] : 0;
+  r.accuracy = !classifier_ ? -1 : a[2] > 0 ? a[1] / a[2] : 0;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -53,6 +53,7 @@ class Evaluator {
  private:
   const Config& c_;
   int stageIndex_, dpRank_;
+  bool classifier_;  // accuracy too (not when the model returns its own loss)
   Communicator dpComm_;
   std::unique_ptr<data::FashionMnist> data_;
   std::unique_ptr<pipeline::StageWorker> worker_;

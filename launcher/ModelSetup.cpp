@@ -99,7 +99,8 @@ static ModelSetup makeModel(const Config& c) {
   if (c.model.name == "torchscript") {
     std::vector<std::string> names;
     for (auto& in : c.model.inputs) names.push_back(in.name);
-    auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names));
+    const bool targetsLast = c.model.loss == "none";
+    auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names, targetsLast));
     s.module = ts->holder();
     s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
     s.setTraining = [ts](bool on) { ts->setTraining(on); };
@@ -111,7 +112,16 @@ static ModelSetup makeModel(const Config& c) {
       s.tokensPerSample = seqLen;
       s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
     }
-    if (c.model.loss == "mse") {
+    if (c.model.loss == "none") {
+      s.targetsAreInputs = true;
+      s.inputNames.push_back("targets");  // the graph's second data input
+      s.loss = [path = c.model.path](const torch::Tensor& out, const torch::Tensor&) {
+        SLUICE_CHECK(out.dim() == 0, GraphError,
+                     "model.loss: none, but forward of '" << path << "' returned a tensor of shape " << out.sizes()
+                                                         << ", not a scalar loss; return the loss (e.g. .mean())");
+        return out;
+      };
+    } else if (c.model.loss == "mse") {
       s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
         return torch::mse_loss(out, target.to(out.scalar_type()));
       };
@@ -172,9 +182,16 @@ OpGraph ModelSetup::captureEval(int64_t microBatchSize) const {
   return capture(microBatchSize);
 }
 
+std::vector<torch::Tensor> ModelSetup::dataInputs(const data::Batch& batch) const {
+  if (targetsAreInputs) return {batch.input, batch.target};
+  return {batch.input};
+}
+
 OpGraph ModelSetup::capture(int64_t microBatchSize) const {
-  auto example = dataset->batch(0, microBatchSize).input;
-  return sluice::capture(*module, forward, {{inputNames.at(0), example}});
+  const auto examples = dataInputs(dataset->batch(0, microBatchSize));
+  std::vector<NamedTensor> named;
+  for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i]});
+  return sluice::capture(*module, forward, named);
 }
 
 std::vector<torch::Tensor> ModelSetup::tensorsByName(const std::vector<std::string>& names) const {

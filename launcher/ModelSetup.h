@@ -23,6 +23,10 @@ struct ModelSetup {
   int64_t tokensPerSample = 0;  // 0 when tokens do not apply
   std::vector<std::string> inputNames{"input"};  // the graph's data inputs
   std::function<void(bool)> setTraining;         // train / eval mode of the model (BatchNorm, dropout)
+  bool targetsAreInputs = false;                 // model.loss: none: forward(input, targets) returns the loss
+
+  // The graph's data inputs for a batch: {input}, or {input, target}.
+  std::vector<torch::Tensor> dataInputs(const data::Batch& batch) const;
 
   // Captures the model at the micro-batch shape (training mode).
   OpGraph capture(int64_t microBatchSize) const;

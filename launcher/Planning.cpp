@@ -11,14 +11,14 @@ namespace sluice {
 partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph) {
   KeepBuffers keep(*setup.module);  // profiling runs forward many times
   auto batch = setup.dataset->batch(0, c.training.microBatchSize);
-  auto inputs = graphInputs(graph, *setup.module, {batch.input});
+  auto inputs = graphInputs(graph, *setup.module, setup.dataInputs(batch));
   log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
             std::to_string(c.training.microBatchSize) + " ...");
   auto profile = partition::profileGraph(graph, inputs);
   torch::Tensor output;
   {
     torch::NoGradGuard noGrad;
-    output = setup.forward({batch.input});
+    output = setup.forward(setup.dataInputs(batch));
   }
   auto target = batch.target;
   auto loss = setup.loss;

@@ -89,7 +89,8 @@ void mirror(const torch::jit::Module& m, torch::nn::Module& h) {
 
 }  // namespace
 
-TorchScriptModel TorchScriptModel::load(const std::string& path, const std::vector<std::string>& inputNames) {
+TorchScriptModel TorchScriptModel::load(const std::string& path, const std::vector<std::string>& inputNames,
+                                        bool targetsLast) {
   TorchScriptModel model;
   model.path_ = path;
   model.module_ = std::make_shared<torch::jit::Module>(loadFile(path));
@@ -102,9 +103,11 @@ TorchScriptModel TorchScriptModel::load(const std::string& path, const std::vect
     expected << (i > 1 ? ", " : "") << schema.arguments()[i].name() << ": " << schema.arguments()[i].type()->str();
   }
   const size_t args = schema.arguments().size() - 1;  // less self
-  SLUICE_CHECK(args == inputNames.size(), ConfigError,
+  const size_t declared = inputNames.size() + (targetsLast ? 1 : 0);
+  SLUICE_CHECK(args == declared, ConfigError,
                "model.inputs: forward of '" << path << "' takes " << args << " argument" << (args == 1 ? "" : "s") << " ("
                                             << expected.str() << "), model.inputs declares " << inputNames.size()
+                                            << (targetsLast ? " (+ the targets, last, for model.loss: none)" : "")
                                             << "; list one {name, shape, dtype} per argument, in order");
   for (size_t i = 1; i < schema.arguments().size(); ++i) {
     const auto& a = schema.arguments()[i];

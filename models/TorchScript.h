@@ -33,7 +33,9 @@ namespace sluice::models {
 
 class TorchScriptModel {
  public:
-  static TorchScriptModel load(const std::string& path, const std::vector<std::string>& inputNames);
+  // targetsLast: forward also takes the targets, after the inputs (model.loss: none).
+  static TorchScriptModel load(const std::string& path, const std::vector<std::string>& inputNames,
+                               bool targetsLast = false);
 
   std::shared_ptr<torch::nn::Module> holder() const { return holder_; }
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs);

@@ -47,11 +47,24 @@ class SmallCnn(nn.Module):
         return self.classifier(self.features(images).flatten(1))
 
 
+class WithLoss(nn.Module):
+    """The model computing its own loss: forward(inputs, targets) -> mean cross-entropy (model.loss: none)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        out = self.model(inputs)
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), targets.reshape(-1))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="where to write the TorchScript file")
     p.add_argument("--model", choices=["transformer", "cnn"], default="transformer")
     p.add_argument("--channels", type=int, default=8, help="cnn: channels of the first block (the second has twice)")
+    p.add_argument("--with-loss", action="store_true", help="forward(inputs, targets) returns the loss (model.loss: none)")
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--embd", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
@@ -63,6 +76,8 @@ def main():
         model, what = SmallCnn(a.channels), "input images [batch, 1, 28, 28] float32"
     else:
         model, what = TinyTransformer(256, a.block, a.embd, a.heads, a.layers), f"input tokens [batch, {a.block}] int64"
+    if a.with_loss:
+        model, what = WithLoss(model), what + " and targets; returns the mean cross-entropy"
     torch.jit.script(model).save(a.out)
     n = sum(t.numel() for t in model.parameters())
     print(f"wrote {a.out}: {type(model).__name__}, {n} parameters, {what}")

@@ -107,9 +107,15 @@ void StageWorker::postReceives(const Action& a, std::vector<InFlight>& state) {
   }
 }
 
+std::vector<torch::Tensor> StageWorker::firstStageInputs(const MicroBatch& data) const {
+  // The graph's data inputs: the input, and the targets when the model computes its own loss.
+  if (stage_.boundaryInputs.size() == 2) return {data.input, data.target};
+  return {data.input};
+}
+
 void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum) {
   const int m = schedule_.microBatches;
-  if (isFirst()) st.inputs = {data.input};
+  if (isFirst()) st.inputs = firstStageInputs(data);
   std::vector<torch::Tensor> in = st.inputs;
   in.insert(in.end(), params_.begin(), params_.end());
   const auto t0 = std::chrono::steady_clock::now();
@@ -143,7 +149,7 @@ EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool
     CommActivity activity("evaluation, micro-batch " + std::to_string(mb));
     std::vector<torch::Tensor> in;
     if (isFirst()) {
-      in.push_back(microBatches[mb].input);
+      in = firstStageInputs(microBatches[mb]);
     } else {
       for (size_t i = 0; i < nIn; ++i) {
         in.push_back(comm_.recv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, static_cast<int>(i)).tensor);

@@ -45,7 +45,7 @@ namespace sluice::pipeline {
 
 struct MicroBatch {
   torch::Tensor input;   // read by stage 0
-  torch::Tensor target;  // read by the last stage
+  torch::Tensor target;  // read by the last stage (and by stage 0 when the graph takes it as a second data input)
 };
 
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
@@ -108,6 +108,7 @@ class StageWorker {
   struct InFlight;
   int tag(int microBatch, int value, size_t count) const;
   void postReceives(const Action& a, std::vector<InFlight>& state);
+  std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
   void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
 

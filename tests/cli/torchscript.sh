@@ -55,6 +55,16 @@ for run in one two_by_two; do
     END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
     fail "$run: losses differ from PyTorch's"
 done
+# model.loss: none: the same transformer computing its own loss (forward(tokens, targets); the targets
+# travel through the pipeline as a second data input), on 2 stages: PyTorch's losses again.
+"$PY" "$ROOT/models/export_example.py" "$TMP/with_loss.pt" --with-loss --block $BLOCK --embd 32 --heads 4 --layers 2 \
+  >"$TMP/export_with_loss.log" 2>&1 || { cat "$TMP/export_with_loss.log"; fail "export_example.py --with-loss"; }
+train own_loss --set model.path="$TMP/with_loss.pt" --set model.loss=none --set pipeline.stages=2 \
+  --set "model.inputs=[{name: tokens, shape: [$BLOCK], dtype: int64}]"
+paste "$TMP/ref.losses" <(losses "$TMP/own_loss/metrics.jsonl") | awk -v steps=$STEPS '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+  END { printf "own_loss (model.loss: none, 2 stages) vs PyTorch: %d steps, max relative difference %g\n", n, max
+        exit (bad || n != steps) }' || fail "model.loss none: losses differ from PyTorch's"
 # model.pt in Python: the reference model's logits (not the initial file's), and Sluice from model.pt
 # computes the loss Python computes with it.
 "$PY" - "$TMP/ref.json" <<'PY' || fail "model.pt outputs"
