@@ -34,11 +34,19 @@ pipeline: {stages: 1, microbatches: 4}
 optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
 logging: {interval: 5}
 YAML
-train() {  # train NAME [--set ...]
-  local name=$1
-  shift
-  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$TMP/ts.yaml" --set job.output_dir="$TMP/$name" "$@" \
+train_on() {  # train_on CONFIG NAME [--set ...]
+  local config=$1 name=$2
+  shift 2
+  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$config" --set job.output_dir="$TMP/$name" "$@" \
     >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
+}
+train() { train_on "$TMP/ts.yaml" "$@"; }
+# same_losses REF_LOSSES RUN [LABEL]: RUN's per-step losses equal the reference's within relative 1e-5.
+same_losses() {
+  paste "$1" <(losses "$TMP/$2/metrics.jsonl") | awk -v run="${3:-$2}" -v steps=$STEPS '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
+    fail "$2: losses differ from PyTorch's"
 }
 train one --set checkpoint.interval=5
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
@@ -49,22 +57,14 @@ grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
   --exported "$TMP/one/model.pt" || fail "the PyTorch reference"
 "$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/ref.json" \
   >"$TMP/ref.losses"
-for run in one two_by_two; do
-  paste "$TMP/ref.losses" <(losses "$TMP/$run/metrics.jsonl") | awk -v run=$run -v steps=$STEPS '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
-    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
-    fail "$run: losses differ from PyTorch's"
-done
+for run in one two_by_two; do same_losses "$TMP/ref.losses" $run; done
 # model.loss: none: the same transformer computing its own loss (forward(tokens, targets); the targets
 # travel through the pipeline as a second data input), on 2 stages: PyTorch's losses again.
 "$PY" "$ROOT/models/export_example.py" "$TMP/with_loss.pt" --with-loss --block $BLOCK --embd 32 --heads 4 --layers 2 \
   >"$TMP/export_with_loss.log" 2>&1 || { cat "$TMP/export_with_loss.log"; fail "export_example.py --with-loss"; }
 train own_loss --set model.path="$TMP/with_loss.pt" --set model.loss=none --set pipeline.stages=2 \
   --set "model.inputs=[{name: tokens, shape: [$BLOCK], dtype: int64}]"
-paste "$TMP/ref.losses" <(losses "$TMP/own_loss/metrics.jsonl") | awk -v steps=$STEPS '
-  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
-  END { printf "own_loss (model.loss: none, 2 stages) vs PyTorch: %d steps, max relative difference %g\n", n, max
-        exit (bad || n != steps) }' || fail "model.loss none: losses differ from PyTorch's"
+same_losses "$TMP/ref.losses" own_loss "own_loss (model.loss: none, 2 stages)"
 # model.pt in Python: the reference model's logits (not the initial file's), and Sluice from model.pt
 # computes the loss Python computes with it.
 "$PY" - "$TMP/ref.json" <<'PY' || fail "model.pt outputs"
@@ -123,12 +123,7 @@ pipeline: {stages: 1, microbatches: 4}
 optimizer: {name: adamw, lr: 0.003, weight_decay: $WD, schedule: constant}
 logging: {interval: 5}
 YAML
-train_cnn() {  # train_cnn NAME [--set ...]
-  local name=$1
-  shift
-  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$TMP/cnn.yaml" --set job.output_dir="$TMP/$name" "$@" \
-    >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
-}
+train_cnn() { train_on "$TMP/cnn.yaml" "$@"; }
 train_cnn cnn_one
 train_cnn cnn_two --set pipeline.stages=2
 train_cnn cnn_2x2 --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
@@ -138,12 +133,7 @@ train_cnn cnn_2x2 --set pipeline.stages=2 --set pipeline.data_parallel=2 --set p
   --eval-samples 256 || fail "the PyTorch reference (cnn)"
 "$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/cnn_ref.json" \
   >"$TMP/cnn_ref.losses"
-for run in cnn_one cnn_two cnn_2x2; do
-  paste "$TMP/cnn_ref.losses" <(losses "$TMP/$run/metrics.jsonl") | awk -v run=$run -v steps=$STEPS '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
-    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
-    fail "$run: losses differ from PyTorch's"
-done
+for run in cnn_one cnn_two cnn_2x2; do same_losses "$TMP/cnn_ref.losses" $run; done
 "$PY" - "$TMP/cnn_ref.json" "$TMP/cnn_one/metrics.jsonl" "$TMP/cnn_two/metrics.jsonl" <<'PY' || fail "cnn evaluation / model.pt"
 import json, sys
 r = json.load(open(sys.argv[1]))
