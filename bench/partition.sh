@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# bench/partition: the three partition methods (profile = Sluice's optimum of
-# its cost model, uniform = equal transformer blocks as in Megatron,
-# parameters = equal parameter bytes as in DeepSpeed) on 2 ranks x 1 thread,
+# bench/partition: the four partition methods (profile = Sluice's optimum of
+# its cost model, cutting between any ops; uniform = equal transformer blocks
+# as in Megatron; parameters = equal parameter bytes as in DeepSpeed; layers =
+# profiled time balanced at layer granularity, torchgpipe's balance_by_time,
+# the strongest layer-level peer) on 2 ranks x 1 thread,
 # for the quickstart GPT and a GPT unbalanced by a large vocabulary
 # (bench/large_vocab.yaml). For each: the cut, predicted and measured step
 # time, the measured ratio to the profile plan; then the cost model's accuracy
@@ -38,7 +40,7 @@ bench_model() {  # label config extra-args...
   "$sluice" profile "$cfg" "${common[@]}" -o "$tmp/$label.prof.pb" >"$tmp/$label.profile.log" 2>&1 ||
     { cat "$tmp/$label.profile.log"; exit 1; }
   local base="" baseCut=""
-  for method in profile uniform parameters; do
+  for method in profile uniform parameters layers; do
     "$sluice" partition "$cfg" "${common[@]}" --profile "$tmp/$label.prof.pb" --method "$method" \
       -o "$tmp/$label.$method.pb" >"$tmp/$label.$method.plan" 2>&1 || { cat "$tmp/$label.$method.plan"; exit 1; }
     local measured predicted cut note=""

@@ -313,8 +313,8 @@ void validate(Config& c) {
   require(in(o.schedule, {"constant", "cosine"}), "optimizer.schedule must be constant or cosine, got '" + o.schedule + "'");
   require(o.warmupSteps >= 0, "optimizer.warmup_steps must be >= 0, got " + std::to_string(o.warmupSteps));
   require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
-  require(in(p.partitionMethod, {"profile", "uniform", "parameters"}),
-          "pipeline.partition.method must be profile, uniform or parameters, got '" + p.partitionMethod + "'");
+  require(in(p.partitionMethod, {"profile", "uniform", "parameters", "layers"}),
+          "pipeline.partition.method must be profile, uniform, parameters or layers, got '" + p.partitionMethod + "'");
   require(p.plan.empty() || p.cuts.empty(), "pipeline.plan and pipeline.cuts both set: give one of them");
   require(p.plan.empty() || std::filesystem::exists(p.plan),
           "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");

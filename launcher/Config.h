@@ -102,7 +102,7 @@ struct PipelineConfig {
   int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
   std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method
   std::string plan;                // pipeline.plan: a plan file from `sluice partition` (wins over partition.method)
-  std::string partitionMethod = "profile";  // pipeline.partition.method: profile | uniform | parameters
+  std::string partitionMethod = "profile";  // pipeline.partition.method: profile | uniform | parameters | layers
   // eager (node by node, the default: on CPU it is as fast as the TorchScript
   // executor and saves exactly what the profiler measures; the executor's
   // autodiff saves ~20% more activations) | compiled (TorchScript executor)

@@ -58,7 +58,7 @@ constexpr const char* kUsage =
     "  profile CONFIG -o FILE [--set key=value]...\n"
     "                                      time every node (forward, backward), measure saved-tensor\n"
     "                                      bytes, p2p and swap bandwidth; write a Profile (protobuf)\n"
-    "  partition CONFIG --profile FILE -o FILE [--budget-mb N] [--method profile|uniform|parameters]\n"
+    "  partition CONFIG --profile FILE -o FILE [--budget-mb N] [--method profile|uniform|parameters|layers]\n"
     "                                      choose the stage split and per-tensor keep/swap/recompute\n"
     "                                      actions from a profile; write a Plan (protobuf) for\n"
     "                                      pipeline.plan (defaults: memory.budget_mb and\n"

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -356,6 +357,67 @@ std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
   return cuts;
 }
 
+std::vector<int> layerCuts(const OpGraph& graph, const Profile& profile, int stages) {
+  const int n = graph.numNodes();
+  const auto block = blockOfNodes(graph);
+  std::map<int, int> first, last;  // block -> its first and last node
+  for (int j = 0; j < n; ++j) {
+    if (block[j] < 0) continue;
+    first.emplace(block[j], j);
+    last[block[j]] = j;
+  }
+  // Layer boundaries: each block's first node, and the node after the last block.
+  std::vector<int> bounds{0};
+  for (auto& [b, j] : first) {
+    if (j > bounds.back()) bounds.push_back(j);
+  }
+  if (!last.empty() && last.rbegin()->second + 1 < n) bounds.push_back(last.rbegin()->second + 1);
+  bounds.push_back(n);
+  // Snap inner boundaries to valid cuts (keeping them increasing).
+  auto valid = graph.validCuts();
+  std::vector<int> snapped{0};
+  for (size_t i = 1; i + 1 < bounds.size(); ++i) {
+    int best = -1;
+    for (int c : valid) {
+      if (c <= snapped.back() || c >= n) continue;
+      if (best < 0 || std::abs(c - bounds[i]) < std::abs(best - bounds[i])) best = c;
+    }
+    if (best > snapped.back()) snapped.push_back(best);
+  }
+  snapped.push_back(n);
+  const int layers = static_cast<int>(snapped.size()) - 1;
+  SLUICE_CHECK(layers >= stages, PlanError,
+               "partition: method layers splits between layers (the nodes before the first numbered block like h.0., "
+               "each block, the nodes after the last), and this model has "
+                   << layers << ", fewer than " << stages << " stages; use --method profile");
+  std::vector<double> time(layers, 0);
+  for (int l = 0; l < layers; ++l) {
+    for (int j = snapped[l]; j < snapped[l + 1]; ++j) time[l] += profile.nodes[j].forwardSeconds + profile.nodes[j].backwardSeconds;
+  }
+  time.back() += profile.lossForwardSeconds + profile.lossBackwardSeconds;
+  // best[s][l]: the smallest slowest-group time of layers [0, l) in s groups; from[s][l]: where the last group starts.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(layers + 1, inf));
+  std::vector<std::vector<int>> from(stages + 1, std::vector<int>(layers + 1, 0));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s) {
+    for (int l = s; l <= layers; ++l) {
+      double group = 0;
+      for (int k = l - 1; k >= s - 1; --k) {
+        group += time[k];
+        const double worst = std::max(best[s - 1][k], group);
+        if (worst < best[s][l]) best[s][l] = worst, from[s][l] = k;
+      }
+    }
+  }
+  std::vector<int> cuts;
+  for (int s = stages, l = layers; s > 1; --s) {
+    l = from[s][l];
+    cuts.insert(cuts.begin(), snapped[l]);
+  }
+  return cuts;
+}
+
 // The block number of each node: that of the first numbered module path it
 // reads ("h.3.attn..." -> 3), or -1.
 std::vector<int> blockOfNodes(const OpGraph& graph) {
@@ -531,8 +593,9 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
   if (st.method == "uniform") return planForCuts(graph, profile, st, uniformCuts(graph, st.stages));
   if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, st.stages));
+  if (st.method == "layers") return planForCuts(graph, profile, st, layerCuts(graph, profile, st.stages));
   SLUICE_CHECK(st.method == "profile", PlanError,
-               "partition: unknown method '" << st.method << "' (profile | uniform | parameters)");
+               "partition: unknown method '" << st.method << "' (profile | uniform | parameters | layers)");
   auto problem = makeProblem(graph, profile, st);
   return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
 }

@@ -34,7 +34,7 @@
 namespace sluice::partition {
 
 struct PlanSettings {
-  std::string method = "profile";  // profile | uniform | parameters
+  std::string method = "profile";  // profile | uniform | parameters | layers
   int stages = 1;
   int microBatches = 1;
   std::string schedule = "1f1b";   // gpipe | 1f1b
@@ -95,6 +95,14 @@ std::vector<int> uniformCuts(const OpGraph& graph, int stages);
 // first (module paths like "h.3."), or -1.
 std::vector<int> blockOfNodes(const OpGraph& graph);
 std::vector<int> parameterCuts(const OpGraph& graph, int stages);
+// Layer-level balance by profiled time (torchgpipe's balance_by_time,
+// PipeDream's layer-level split): the graph in layers (the nodes before the
+// first numbered block, each block, the nodes after the last), each layer's
+// forward + backward time from the profile (the loss counts to the last),
+// split into `stages` contiguous groups minimising the slowest group's time.
+// Cuts fall only between layers (snapped to the nearest valid cut). PlanError
+// when there are fewer layers than stages.
+std::vector<int> layerCuts(const OpGraph& graph, const Profile& profile, int stages);
 // Throws PlanError (no plan fits; an unknown method or policy) or GraphError.
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
 // The plan for given cuts (settings.method is recorded as given): the best

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `sluice profile` -> `sluice partition` (three methods) -> `sluice plan show`
+# `sluice profile` -> `sluice partition` (four methods) -> `sluice plan show`
 # -> `sluice train` with pipeline.plan, whose losses must equal 1-stage
 # training; a plan that swaps and recomputes trains to the same losses; and
 # the errors: a plan for another model, a truncated plan, a budget too small
@@ -10,7 +10,7 @@ small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.
        --set training.steps=8 --set logging.interval=4)
 "$SLUICE" profile "$CFG" "${small[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
 
-for method in profile uniform parameters; do
+for method in profile uniform parameters layers; do
   "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/$method.pb" --method "$method" \
     >"$TMP/$method.log" 2>&1 || { cat "$TMP/$method.log"; fail "partition --method $method"; }
   grep -q "method $method" "$TMP/$method.log" || fail "$method: table lacks the method"
@@ -18,7 +18,7 @@ done
 "$SLUICE" plan show "$TMP/profile.pb" >"$TMP/show.log" || fail "plan show"
 grep -qE "^ +0 +\[0, [0-9]+\)" "$TMP/show.log" && grep -qE "^ +1 +\[[0-9]+, [0-9]+\)" "$TMP/show.log" &&
   grep -q "predicted step time" "$TMP/show.log" || { cat "$TMP/show.log"; fail "plan show lacks stage rows"; }
-echo "ok: profile, partition (3 methods), plan show"
+echo "ok: profile, partition (4 methods), plan show"
 
 # The plan drives training, and the losses are those of one stage.
 "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=1 --set job.output_dir="$TMP/one" >/dev/null 2>&1 || fail "train 1 stage"
