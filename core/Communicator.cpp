@@ -231,9 +231,11 @@ void Work::wait() {
   const int n = static_cast<int>(requests_.size());
   std::vector<MPI_Status> statuses(requests_.size());
   int rc = MPI_SUCCESS;
-  if (timeout <= 0) {
-    rc = MPI_Waitall(n, requests_.data(), statuses.data());
-  } else {
+  // Always polled, with or without a deadline: MPI_Waitall in Open MPI 4.1
+  // can miss the completion of a request that fails (a truncated receive
+  // whose message arrived before it was posted) when ranks share cores, and
+  // then never returns; MPI_Testall sees it.
+  {
     // Poll, so that a peer that never answers is noticed: spin briefly (most
     // waits are short), then sleep a little longer each time (at most 1 ms).
     const auto t0 = std::chrono::steady_clock::now();
@@ -242,7 +244,7 @@ void Work::wait() {
       rc = MPI_Testall(n, requests_.data(), &done, statuses.data());
       if (rc != MPI_SUCCESS || done) break;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > timeout) {
+      if (timeout > 0 && waited > timeout) {
         const std::string what = what_, during = CommActivity::current();
         abandon();
         char buf[64];
