@@ -360,6 +360,10 @@ KeepBuffers::KeepBuffers(torch::nn::Module& module) {
   for (auto& b : module.named_buffers(/*recurse=*/true)) saved_.emplace_back(b.value(), b.value().clone());
 }
 
+KeepBuffers::KeepBuffers(const std::vector<torch::Tensor>& buffers) {
+  for (auto& b : buffers) saved_.emplace_back(b, b.clone());
+}
+
 KeepBuffers::~KeepBuffers() {
   at::AutoDispatchBelowADInplaceOrView silent;  // no version bump, as a kernel's own buffer update
   for (auto& [buffer, value] : saved_) buffer.copy_(value);

@@ -123,12 +123,15 @@ struct NamedTensor {
 
 using ForwardFn = std::function<torch::Tensor(const std::vector<torch::Tensor>& dataInputs)>;
 
-// Saves the module's buffers and puts their values back when it goes out of
-// scope: running forward outside training (capture, profiling) must not
+// Saves the module's buffers (or the given tensors) and puts their values
+// back when it goes out of scope, below autograd's in-place tracking (their
+// version counters stay, as when a kernel updates its own buffers): running
+// forward outside training (capture, profiling, a recompute replay) must not
 // update BatchNorm's running statistics or batch counter.
 class KeepBuffers {
  public:
   explicit KeepBuffers(torch::nn::Module& module);
+  explicit KeepBuffers(const std::vector<torch::Tensor>& buffers);
   ~KeepBuffers();
   KeepBuffers(const KeepBuffers&) = delete;
   KeepBuffers& operator=(const KeepBuffers&) = delete;

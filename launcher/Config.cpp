@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/Error.h"
+#include "launcher/data/FashionMnist.h"
 
 namespace sluice {
 namespace {
@@ -241,12 +242,10 @@ void validate(Config& c) {
     require(m.name == "cnn" || m.name == "torchscript",
             "data.name=fashion_mnist gives [1, 28, 28] images: use model.name cnn or torchscript");
     for (const std::string& split : {std::string("train"), c.data.evalSplit}) {
-      for (const auto& file : {std::string(split == "train" ? "train" : "t10k") + "-images-idx3-ubyte",
-                               std::string(split == "train" ? "train" : "t10k") + "-labels-idx1-ubyte"}) {
-        namespace fs = std::filesystem;
-        require(fs::exists(fs::path(c.data.path) / file) || fs::exists(fs::path(c.data.path) / (file + ".gz")),
-                "data.path '" + c.data.path + "' has no " + file + " (nor " + file +
-                    ".gz): install Debian's dataset-fashion-mnist package or set data.path to the folder of the IDX files");
+      for (const auto& file : {data::FashionMnist::imagesFile(split), data::FashionMnist::labelsFile(split)}) {
+        require(!data::FashionMnist::idxPath(c.data.path, file).empty(),
+                "data.path '" + c.data.path + "' has no " + file + " (nor " + file + ".gz): " +
+                    data::FashionMnist::kInstallHint);
       }
     }
   }

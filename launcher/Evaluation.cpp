@@ -10,7 +10,9 @@
 namespace sluice {
 
 std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const std::vector<int>& cuts) {
-  // matched[i]: the eval node train node i became (-1: training only).
+  // Walk both node lists: a training node of the same op as the next eval
+  // node is that node; any other is training-only. firstEvalAtOrAfter[i]: the
+  // first eval node matched at or after training node i (a cut before i).
   const auto& tn = train.nodes();
   const auto& en = eval.nodes();
   std::vector<int> firstEvalAtOrAfter(tn.size() + 1, static_cast<int>(en.size()));

@@ -308,6 +308,13 @@ void Trainer::restore() {
   }
 }
 
+std::map<std::string, torch::Tensor> Trainer::stageTensors() const {
+  std::map<std::string, torch::Tensor> named;
+  auto tensors = setup_.tensorsByName(stage_->paramInputs);
+  for (size_t i = 0; i < tensors.size(); ++i) named[stage_->paramInputs[i]] = tensors[i];
+  return named;
+}
+
 // Note [model.pt]: a TorchScript model's trained weights go back into the
 // user's module: each stage's first replica writes its parameters and buffers
 // (by module path) to a part file in output_dir, rank 0 puts them into the
@@ -317,12 +324,7 @@ void Trainer::exportModel() {
   CommActivity activity("writing model.pt");
   const fs::path dir(outDir_);
   auto part = [&](int stage) { return (dir / ("model.stage_" + std::to_string(stage) + ".part")).string(); };
-  if (dpRank_ == 0) {
-    std::map<std::string, torch::Tensor> mine;
-    auto tensors = setup_.tensorsByName(stage_->paramInputs);
-    for (size_t i = 0; i < tensors.size(); ++i) mine[stage_->paramInputs[i]] = tensors[i];
-    writeFileAtomically(part(stageIndex_), encodeTensors(mine));
-  }
+  if (dpRank_ == 0) writeFileAtomically(part(stageIndex_), encodeTensors(stageTensors()));
   world_.barrier();
   if (rank_ == 0) {
     std::map<std::string, torch::Tensor> all;
@@ -344,8 +346,7 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   // Full Adam state: collective over the data-parallel group (DistAdam gathers its shards).
   auto adam = optim::adamState(*optimizer_, worker_->trainableParameters());
   if (dpRank_ == 0) {
-    auto tensors = setup_.tensorsByName(stage_->paramInputs);
-    for (size_t i = 0; i < tensors.size(); ++i) state.tensors[stage_->paramInputs[i]] = tensors[i];
+    state.tensors = stageTensors();
     for (size_t i = 0; i < trainableNames_.size(); ++i) state.adam[trainableNames_[i]] = adam[i];
   }
   {

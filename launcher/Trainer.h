@@ -26,6 +26,7 @@
 // the same step; they write a checkpoint and train() returns normally.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,8 @@ class Trainer {
   // One step's update, or none when a gradient is not finite on some rank
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
   torch::Tensor step(int64_t step, bool* skipped);
+  // This stage's parameters and buffers by module path (checkpoints, model.pt).
+  std::map<std::string, torch::Tensor> stageTensors() const;
   void exportModel();
   void syncBuffers();
   std::string saveCheckpoint(int64_t stepsDone, double lr);

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <unordered_set>
 
 #include "core/Error.h"
+#include "core/OpGraph.h"
 #include "memory/SavedRecord.h"
 
 namespace sluice::memory::detail {
@@ -202,16 +204,21 @@ void recompute(Record& target) {
   // group writes (BatchNorm's running statistics through aten::batch_norm,
   // its batch counter through aten::add_); the replay must leave them as
   // forward left them (values and version counters), so the stage's buffers
-  // are put back afterwards. The replayed batch_norm normalises with the
-  // micro-batch's own statistics, so the rebuilt tensors are unaffected.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffersBefore;
+  // are put back afterwards (KeepBuffers: values and version counters). The
+  // replayed batch_norm normalises with the micro-batch's own statistics, so
+  // the rebuilt tensors are unaffected.
+  static const auto batchNorm = c10::Symbol::fromQualString("aten::batch_norm");
+  static const auto addInPlace = c10::Symbol::fromQualString("aten::add_");
+  std::optional<KeepBuffers> keepBuffers;
   if (std::any_of(positions.begin(), positions.end(), [&](int pos) {
         const auto kind = c.program->node(pos)->kind();
-        return kind == c10::Symbol::fromQualString("aten::batch_norm") || kind == c10::Symbol::fromQualString("aten::add_");
+        return kind == batchNorm || kind == addInPlace;
       })) {
+    std::vector<torch::Tensor> buffers;
     for (auto& p : c.params) {
-      if (!p.requires_grad()) buffersBefore.emplace_back(p, p.clone());
+      if (!p.requires_grad()) buffers.push_back(p);
     }
+    keepBuffers.emplace(buffers);
   }
   std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
   for (size_t x = 0; x < positions.size(); ++x) {
@@ -297,13 +304,7 @@ void recompute(Record& target) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(generatorBefore);
   }
-  {
-    // Below autograd's in-place tracking, as the batch_norm kernel writes its
-    // statistics: the buffers' version counters stay as forward left them
-    // (autograd saved running_mean/var, and checks their versions at unpack).
-    at::AutoDispatchBelowADInplaceOrView silent;
-    for (auto& [buffer, value] : buffersBefore) buffer.copy_(value);
-  }
+  keepBuffers.reset();  // autograd saved running_mean/var and checks their versions at unpack
   // Rebuilt: the captured inputs (and the records they pin) can go.
   for (auto& st : states) st->captures.clear(), st->rngStates.clear();
   for (auto* r : members) r->segment.reset();

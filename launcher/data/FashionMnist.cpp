@@ -11,13 +11,12 @@ namespace sluice::data {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kPackage = "install Debian's dataset-fashion-mnist package or set data.path to a folder with the IDX files";
+constexpr const char* kPackage = FashionMnist::kInstallHint;
 
 // The bytes of dir/name or dir/name.gz (gzip through zlib).
 std::string readIdx(const std::string& dir, const std::string& name) {
-  fs::path plain = fs::path(dir) / name, gz = fs::path(dir) / (name + ".gz");
-  const fs::path path = fs::exists(plain) ? plain : gz;
-  SLUICE_CHECK(fs::exists(path), DataError,
+  const fs::path path = FashionMnist::idxPath(dir, name);
+  SLUICE_CHECK(!path.empty(), DataError,
                "data.path '" << dir << "' has no " << name << " (nor " << name << ".gz): " << kPackage);
   gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
   SLUICE_CHECK(f, DataError, "cannot open " << path.string());
@@ -53,6 +52,13 @@ std::vector<int64_t> idxShape(const std::string& bytes, int dims, const std::str
 
 }  // namespace
 
+std::string FashionMnist::idxPath(const std::string& dir, const std::string& name) {
+  for (const auto& p : {fs::path(dir) / name, fs::path(dir) / (name + ".gz")}) {
+    if (fs::exists(p)) return p.string();
+  }
+  return "";
+}
+
 std::string FashionMnist::imagesFile(const std::string& split) {
   return split == "train" ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
 }
@@ -77,17 +83,15 @@ FashionMnist::FashionMnist(const std::string& dir, const std::string& split, int
 Batch FashionMnist::batch(int64_t step, int64_t size) const {
   const int64_t n = samples();
   std::vector<int64_t> index(size);
-  int64_t epoch = -1;
-  torch::Tensor perm;  // the epoch's order (data loading, not a training tensor)
   for (int64_t i = 0; i < size; ++i) {
     const int64_t g = step * size + i, e = g / n;
-    if (e != epoch) {
-      epoch = e;
+    if (e != permEpoch_) {  // the epoch's order, drawn once per epoch (data loading, not a training tensor)
       auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) * 1000003ull + 1000000ull +
-                                                static_cast<uint64_t>(epoch));
-      perm = torch::randperm(n, gen, torch::kLong);
+                                                static_cast<uint64_t>(e));
+      perm_ = torch::randperm(n, gen, torch::kLong);
+      permEpoch_ = e;
     }
-    index[i] = perm.data_ptr<int64_t>()[g % n];
+    index[i] = perm_.data_ptr<int64_t>()[g % n];
   }
   auto idx = torch::tensor(index, torch::kLong);
   return {images_.index_select(0, idx), labels_.index_select(0, idx)};

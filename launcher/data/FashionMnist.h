@@ -30,12 +30,19 @@ class FashionMnist : public Dataset {
   // The IDX file names of a split (without .gz).
   static std::string imagesFile(const std::string& split);
   static std::string labelsFile(const std::string& split);
+  // dir/name if it exists, else dir/name.gz if that does, else "".
+  static std::string idxPath(const std::string& dir, const std::string& name);
+  static constexpr const char* kInstallHint =
+      "install Debian's dataset-fashion-mnist package or set data.path to the folder of the IDX files";
 
  private:
   torch::Tensor images_;  // float [N, 1, 28, 28], normalised
   torch::Tensor labels_;  // int64 [N]
   std::string dir_, split_;
   int64_t seed_;
+  // The last epoch's order (batch() is called from one thread: the trainer's).
+  mutable int64_t permEpoch_ = -1;
+  mutable torch::Tensor perm_;
 };
 
 }  // namespace sluice::data
