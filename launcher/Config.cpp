@@ -266,7 +266,8 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(in(p.schedule, {"gpipe", "1f1b"}), "pipeline.schedule must be gpipe or 1f1b, got '" + p.schedule + "'");
+  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1"}),
+          "pipeline.schedule must be gpipe, 1f1b or zb-h1, got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
@@ -325,6 +326,9 @@ void validate(Config& c) {
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
+  require(mem.policy != "full_recompute" || p.schedule != "zb-h1",
+          "memory.policy full_recompute does not work with pipeline.schedule zb-h1 (it splits backward and keeps "
+          "every saved tensor): use 1f1b or gpipe, or memory.policy plan");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
   require(in(t.nanPolicy, {"abort", "skip"}), "training.nan_policy must be abort or skip, got '" + t.nanPolicy + "'");
   auto& ck = c.checkpoint;

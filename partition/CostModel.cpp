@@ -48,7 +48,10 @@ void Problem::validate() const {
   }
 }
 
-int inFlight(const Problem& p, int stage) { return p.gpipe ? p.microBatches : std::min(p.stages - stage, p.microBatches); }
+int inFlight(const Problem& p, int stage) {
+  if (!p.inFlightPerStage.empty()) return p.inFlightPerStage.at(stage);
+  return p.gpipe ? p.microBatches : std::min(p.stages - stage, p.microBatches);
+}
 
 int64_t memoryUnit(const Problem& p) { return std::max<int64_t>(1, p.budgetBytes / 1024); }
 

@@ -33,7 +33,8 @@
 //             4 for AdamW, 2 + 2/dp for DistAdam over dp);
 //   held    = boundary inputs (X_first; the data input on stage 0) + kept
 //             freeable storages + the loss's saved tensors on the last stage;
-//   inFlight_k = m for GPipe, min(p - k, m) for 1F1B;
+//   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
+//             count for ZB-H1 (activations held until the weight gradient);
 //   transient = max over the stage's nodes j of (k_j - the kept bytes of
 //             storages first saved after j + the freed storages in use at j)
 //             (and the loss's workspace on the last stage): node j runs, in
@@ -107,6 +108,9 @@ struct Problem {
   int stages = 1;
   int microBatches = 1;
   bool gpipe = false;              // else 1F1B
+  // When set (split-backward schedules, zb-h1): each stage's peak micro-batches
+  // in flight, from the schedule itself (pipeline::peakInFlight).
+  std::vector<int> inFlightPerStage;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above
   bool prune = true;               // partitioner search pruning (large graphs); the result is the same without

@@ -15,6 +15,7 @@
 #include "core/Files.h"
 #include "core/GraphSplit.h"
 #include "partition/Segments.h"
+#include "pipeline/Schedule.h"
 #include "core/Bytes.h"
 #include "sluice_plan.pb.h"
 
@@ -292,17 +293,22 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
   p.stages = st.stages;
   p.microBatches = st.microBatches;
-  SLUICE_CHECK(st.schedule == "gpipe" || st.schedule == "1f1b", PlanError,
-               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b)");
+  const auto& names = pipeline::scheduleNames();
+  SLUICE_CHECK(std::find(names.begin(), names.end(), st.schedule) != names.end(), PlanError,
+               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b | zb-h1)");
   p.gpipe = st.schedule == "gpipe";
+  const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches);
+  const bool split = pipeline::splitsBackward(schedule);
+  if (split) p.inFlightPerStage = pipeline::peakInFlight(schedule);
   p.budgetBytes = st.budgetBytes;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
-  if (st.policy != "plan") {
+  if (st.policy != "plan" || split) {
     // Nothing is left for the partitioner to free: `none` keeps everything and
-    // full_recompute's choices are fixed (fullRecomputeChoices).
+    // full_recompute's choices are fixed (fullRecomputeChoices); schedules
+    // that split backward run with every saved tensor kept (StageWorker.h).
     p.swapSecondsPerByte = 0;
-    if (st.policy == "none") {
+    if (st.policy == "none" || split) {
       for (auto& s : p.storages) s.lastParamWriter = n;
     }
   }

@@ -1,7 +1,11 @@
 #include "pipeline/Schedule.h"
 
 #include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "core/Error.h"
 
@@ -17,6 +21,12 @@ void appendForward(std::vector<Action>& out, int stage, int stages, int mb) {
 void appendBackward(std::vector<Action>& out, int stage, int stages, int mb) {
   if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb});
   out.push_back({ActionKind::Backward, mb});
+  if (stage > 0) out.push_back({ActionKind::SendGrad, mb});
+}
+
+void appendBackwardInput(std::vector<Action>& out, int stage, int stages, int mb) {
+  if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb});
+  out.push_back({ActionKind::BackwardInput, mb});
   if (stage > 0) out.push_back({ActionKind::SendGrad, mb});
 }
 
@@ -54,10 +64,104 @@ Schedule make1F1B(int stages, int microBatches) {
   return s;
 }
 
+Schedule makeZeroBubbleH1(int stages, int microBatches) {
+  checkDims(stages, microBatches);
+  const int p = stages, m = microBatches;
+  Schedule s{"zb-h1", p, m, std::vector<std::vector<Action>>(p)};
+  // Ticks of unit length; an action run in tick t is done at t + 1 and its
+  // message can be used from tick t + 1 on. -1: not run yet.
+  std::vector<std::vector<int>> fDone(p, std::vector<int>(m, -1)), bDone(p, std::vector<int>(m, -1));
+  std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0);
+  std::vector<std::deque<int>> pendingW(p);
+  auto done = [](int at, int t) { return at >= 0 && at <= t; };
+  int left = 3 * p * m;
+  for (int t = 0; left > 0; ++t) {
+    SLUICE_CHECK(t <= 6 * p * m + 6 * p, ScheduleError, "zb-h1: list scheduling made no progress (p=" << p << ", m=" << m << ")");
+    for (int st = 0; st < p; ++st) {
+      auto& out = s.actions[st];
+      const int b = nextB[st], f = nextF[st];
+      const bool canB = b < f && done(st == p - 1 ? fDone[st][b] : bDone[st + 1][b], t);
+      const bool canF = f < m && (st == 0 || done(fDone[st - 1][f], t)) && f - b < std::min(p - st, m) &&
+                        f - wDone[st] < std::min(p, m);
+      if (canB) {
+        appendBackwardInput(out, st, p, b);
+        bDone[st][b] = t + 1;
+        pendingW[st].push_back(b);
+        ++nextB[st];
+      } else if (canF) {
+        appendForward(out, st, p, f);
+        fDone[st][f] = t + 1;
+        ++nextF[st];
+      } else if (!pendingW[st].empty()) {
+        out.push_back({ActionKind::BackwardWeight, pendingW[st].front()});
+        pendingW[st].pop_front();
+        ++wDone[st];
+      } else {
+        continue;
+      }
+      --left;
+    }
+  }
+  return s;
+}
+
+const std::vector<std::string>& scheduleNames() {
+  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1"};
+  return names;
+}
+
 Schedule makeSchedule(const std::string& name, int stages, int microBatches) {
   if (name == "gpipe") return makeGPipe(stages, microBatches);
   if (name == "1f1b") return make1F1B(stages, microBatches);
-  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe or 1f1b)");
+  if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches);
+  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b or zb-h1)");
+}
+
+bool splitsBackward(const Schedule& schedule) {
+  for (auto& stage : schedule.actions) {
+    for (auto& a : stage) {
+      if (a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight) return true;
+    }
+  }
+  return false;
+}
+
+double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, double comm) {
+  SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
+               "simulateStep: " << times.size() << " stage times for " << s.stages << " stages");
+  std::vector<size_t> pc(s.stages, 0);
+  std::vector<double> clock(s.stages, 0);
+  std::map<std::tuple<int, int, int>, double> sent;  // (from stage, kind, mb) -> time
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int st = 0; st < s.stages; ++st) {
+      for (; pc[st] < s.actions[st].size(); ++pc[st]) {
+        const Action& a = s.actions[st][pc[st]];
+        const auto& c = times[st];
+        if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGrad) {
+          const bool act = a.kind == ActionKind::RecvActivation;
+          auto it = sent.find({act ? st - 1 : st + 1, static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad),
+                               a.microBatch});
+          if (it == sent.end()) break;
+          clock[st] = std::max(clock[st], it->second + comm);
+        } else if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
+          sent[{st, static_cast<int>(a.kind), a.microBatch}] = clock[st];
+        } else {
+          clock[st] += a.kind == ActionKind::Forward          ? c.forward
+                       : a.kind == ActionKind::Backward       ? c.backward
+                       : a.kind == ActionKind::BackwardInput  ? c.backwardInput
+                                                              : c.backwardWeight;
+        }
+        progress = true;
+      }
+    }
+  }
+  double end = 0;
+  for (int st = 0; st < s.stages; ++st) {
+    SLUICE_CHECK(pc[st] == s.actions[st].size(), ScheduleError, "simulateStep: schedule '" << s.name << "' deadlocks");
+    end = std::max(end, clock[st]);
+  }
+  return end;
 }
 
 std::string toString(ActionKind kind) {
@@ -68,6 +172,8 @@ std::string toString(ActionKind kind) {
     case ActionKind::RecvGrad: return "recv_grad";
     case ActionKind::Backward: return "B";
     case ActionKind::SendGrad: return "send_grad";
+    case ActionKind::BackwardInput: return "Bi";
+    case ActionKind::BackwardWeight: return "W";
   }
   return "?";
 }
@@ -91,7 +197,7 @@ std::vector<int> peakInFlight(const Schedule& s) {
     int live = 0;
     for (auto& a : s.actions[st]) {
       if (a.kind == ActionKind::Forward) peak[st] = std::max(peak[st], ++live);
-      if (a.kind == ActionKind::Backward) --live;
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) --live;
     }
   }
   return peak;

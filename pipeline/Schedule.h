@@ -2,16 +2,25 @@
 //
 // For each stage, the ordered list of actions it executes in one optimizer
 // step. Sends are nonblocking (they complete once the peer posts the matching
-// receive, which StageWorker posts at the start of the step); receives block.
+// receive, which StageWorker posts ahead of the compute before it); receives
+// block. A micro-batch's backward is either one action (Backward: input and
+// weight gradients together) or two (BackwardInput: the gradient of the
+// stage's inputs only, which is what the previous stage waits for; then
+// BackwardWeight: the parameters' gradients, any time later).
 // checkSchedule() proves a schedule valid under exactly that model:
-//   - every micro-batch is forwarded and then backwarded exactly once per stage;
+//   - every micro-batch is forwarded and then backwarded exactly once per
+//     stage (Backward, or BackwardInput followed by BackwardWeight);
 //   - stage s > 0 receives activation mb before F(mb) and sends its grad after
-//     B(mb); stage s < p-1 sends activation mb after F(mb) and receives its
-//     grad before B(mb); nothing else is sent or received;
+//     B(mb) (or BackwardInput(mb)); stage s < p-1 sends activation mb after
+//     F(mb) and receives its grad before B(mb) (or BackwardInput(mb));
+//     nothing else is sent or received;
 //   - every receive is matched by a send of the peer, and executing all stages
 //     with blocking receives and nonblocking sends finishes (no deadlock).
+// peakInFlight() is the schedule's activation memory in micro-batches: a
+// micro-batch holds its activations from its forward until its backward is
+// complete (its BackwardWeight when split).
 //
-//   auto s = sluice::pipeline::makeSchedule("1f1b", /*stages=*/4, /*microBatches=*/8);
+//   auto s = sluice::pipeline::makeSchedule("zb-h1", /*stages=*/4, /*microBatches=*/8);
 //   sluice::pipeline::checkSchedule(s);   // throws ScheduleError naming the fault
 #pragma once
 
@@ -20,7 +29,7 @@
 
 namespace sluice::pipeline {
 
-enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGrad, Backward, SendGrad };
+enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGrad, Backward, SendGrad, BackwardInput, BackwardWeight };
 
 struct Action {
   ActionKind kind;
@@ -40,10 +49,35 @@ Schedule makeGPipe(int stages, int microBatches);
 // 1F1B (PipeDream-flush): stage s runs min(p-s-1, m) warm-up forwards, then
 // alternates one forward and one backward, then drains the backwards.
 Schedule make1F1B(int stages, int microBatches);
-// name: "gpipe" | "1f1b"; throws ScheduleError for others.
+// Zero-bubble ZB-H1 (Qi et al., ICLR 2024): backward split into
+// BackwardInput (B) and BackwardWeight (W); B runs as soon as its gradient is
+// there (it is what the previous stage waits for), W fills time that would be
+// bubble. Built by list-scheduling with unit costs (F = B = W): a free stage
+// runs a ready B, else the next F if its memory allows, else the oldest
+// pending W. Memory: at most min(p - s, m) micro-batches between F and B
+// (1F1B's), and at most min(p, m) between F and W (1F1B's peak, that of
+// stage 0), so no stage holds more than 1F1B's most loaded stage.
+Schedule makeZeroBubbleH1(int stages, int microBatches);
+// The schedules makeSchedule() knows, for messages and config checks.
+const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1
+// Throws ScheduleError for names not in scheduleNames().
 Schedule makeSchedule(const std::string& name, int stages, int microBatches);
+// True when the schedule splits backwards into BackwardInput and BackwardWeight.
+bool splitsBackward(const Schedule& schedule);
 
-void checkSchedule(const Schedule& schedule);
+// Predicted makespan of one step when every stage takes these seconds per
+// micro-batch (forward, whole backward, and its split: backwardInput +
+// backwardWeight, used by split schedules) and a message between stages takes
+// `comm` seconds: each stage runs its actions in order, a receive waits for
+// the peer's send. Used by the cost model to compare schedules.
+struct StageTimes {
+  double forward = 0, backward = 0, backwardInput = 0, backwardWeight = 0;
+};
+double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
+
+// inFlightLimit (optional, one per stage): also reject a stage whose
+// peakInFlight() exceeds its limit (activation memory).
+void checkSchedule(const Schedule& schedule, const std::vector<int>& inFlightLimit = {});
 
 // Micro-batches whose forward finished but backward did not, at most, per stage.
 std::vector<int> peakInFlight(const Schedule& schedule);

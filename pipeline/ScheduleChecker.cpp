@@ -41,15 +41,23 @@ void checkStage(const Schedule& s, int st) {
         SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage receives no gradients");
         break;
       case ActionKind::Backward:
+      case ActionKind::BackwardInput:
         SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
                      where(st, i, a) << ": backward before its forward");
         SLUICE_CHECK(last || seen(ActionKind::RecvGrad, a.microBatch), ScheduleError,
                      where(st, i, a) << ": backward before its gradient was received");
+        SLUICE_CHECK(!seen(a.kind == ActionKind::Backward ? ActionKind::BackwardInput : ActionKind::Backward,
+                           a.microBatch),
+                     ScheduleError, where(st, i, a) << ": micro-batch backwarded both whole and split");
+        break;
+      case ActionKind::BackwardWeight:
+        SLUICE_CHECK(seen(ActionKind::BackwardInput, a.microBatch), ScheduleError,
+                     where(st, i, a) << ": weight gradient before its input gradient (Bi)");
         break;
       case ActionKind::SendGrad:
         SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage sends no gradients");
-        SLUICE_CHECK(seen(ActionKind::Backward, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": gradient sent before its backward");
+        SLUICE_CHECK(seen(ActionKind::Backward, a.microBatch) || seen(ActionKind::BackwardInput, a.microBatch),
+                     ScheduleError, where(st, i, a) << ": gradient sent before its backward");
         break;
     }
     done.insert({static_cast<int>(a.kind), a.microBatch});
@@ -60,7 +68,9 @@ void checkStage(const Schedule& s, int st) {
                    "stage " << st << " never runs " << toString(Action{k, mb}));
     };
     need(ActionKind::Forward, true);
-    need(ActionKind::Backward, true);
+    const bool split = seen(ActionKind::BackwardInput, mb);
+    need(ActionKind::Backward, !split);
+    need(ActionKind::BackwardWeight, split);
     need(ActionKind::RecvActivation, !first);
     need(ActionKind::SendGrad, !first);
     need(ActionKind::SendActivation, !last);
@@ -113,13 +123,22 @@ void checkProgress(const Schedule& s) {
 
 }  // namespace
 
-void checkSchedule(const Schedule& s) {
+void checkSchedule(const Schedule& s, const std::vector<int>& inFlightLimit) {
   SLUICE_CHECK(s.stages >= 1 && s.microBatches >= 1, ScheduleError,
                "schedule '" << s.name << "' has " << s.stages << " stages and " << s.microBatches << " micro-batches");
   SLUICE_CHECK(static_cast<int>(s.actions.size()) == s.stages, ScheduleError,
                "schedule '" << s.name << "' lists actions for " << s.actions.size() << " stages, expected " << s.stages);
   for (int st = 0; st < s.stages; ++st) checkStage(s, st);
   checkProgress(s);
+  if (inFlightLimit.empty()) return;
+  SLUICE_CHECK(static_cast<int>(inFlightLimit.size()) == s.stages, ScheduleError,
+               "schedule '" << s.name << "': " << inFlightLimit.size() << " in-flight limits for " << s.stages << " stages");
+  auto peak = peakInFlight(s);
+  for (int st = 0; st < s.stages; ++st) {
+    SLUICE_CHECK(peak[st] <= inFlightLimit[st], ScheduleError,
+                 "schedule '" << s.name << "': stage " << st << " holds " << peak[st]
+                              << " micro-batches' activations at once, more than its limit " << inFlightLimit[st]);
+  }
 }
 
 }  // namespace sluice::pipeline

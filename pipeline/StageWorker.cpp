@@ -33,6 +33,8 @@ struct StageWorker::InFlight {
   std::vector<RecvWork> gradRecvs;
   bool activationsPosted = false, gradsPosted = false;
   std::vector<torch::Tensor> outputGrads;
+  std::unique_ptr<BackwardSplit> split;  // between BackwardInput and BackwardWeight
+  std::vector<torch::Tensor> inputGrads;  // from BackwardInput, until sent
 };
 
 StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm,
@@ -58,6 +60,11 @@ StageWorker::~StageWorker() = default;
 void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir) {
   SLUICE_CHECK(module_.mode() == ExecMode::Eager, GraphError,
                "stage " << stage_.index << ": a memory plan (swap, recompute) needs pipeline.execution: eager");
+  SLUICE_CHECK(!plan.freesAnything() || !splitsBackward(schedule_), GraphError,
+               "stage " << stage_.index << ": schedule " << schedule_.name
+                        << " splits backward (input, then weight gradients) and runs with every saved tensor kept; "
+                           "its memory plan swaps or recomputes: use pipeline.schedule 1f1b or gpipe, or a larger "
+                           "memory.budget_gb");
   memory::StageMemoryOptions options;
   options.plan = std::move(plan);
   options.swapDir = swapDir;
@@ -170,20 +177,49 @@ EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool
   return sums;
 }
 
+std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> StageWorker::backwardRoots(InFlight& st) const {
+  torch::autograd::edge_list roots;
+  std::vector<torch::Tensor> grads;
+  if (isLast()) {
+    roots.push_back(torch::autograd::impl::gradient_edge(st.loss));
+    grads.push_back(torch::ones_like(st.loss));
+    return {roots, grads};
+  }
+  for (size_t i = 0; i < st.outputEdges.size(); ++i) {
+    if (st.outputEdges[i].is_valid() && st.outputGrads[i].defined()) {
+      roots.push_back(st.outputEdges[i]);
+      grads.push_back(st.outputGrads[i]);
+    }
+  }
+  return {roots, grads};
+}
+
+void StageWorker::backwardInput(InFlight& st) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [roots, grads] = backwardRoots(st);
+  st.split = std::make_unique<BackwardSplit>();
+  st.inputGrads = st.split->runInput(roots, grads, st.inputs);
+  st.outputEdges.clear();
+  st.outputGrads.clear();
+  st.loss = torch::Tensor();
+  times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void StageWorker::backwardWeight(InFlight& st) {
+  const auto t0 = std::chrono::steady_clock::now();
+  st.split->runWeight();
+  st.split.reset();
+  times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++times_.backwards;
+}
+
 void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBackwards) {
   const auto t0 = std::chrono::steady_clock::now();
   if (memory_) memory_->beginBackward(mb, nextBackwards);
   if (isLast()) {
     st.loss.backward();
   } else {
-    torch::autograd::edge_list roots;
-    std::vector<torch::Tensor> grads;
-    for (size_t i = 0; i < st.outputEdges.size(); ++i) {
-      if (st.outputEdges[i].is_valid() && st.outputGrads[i].defined()) {
-        roots.push_back(st.outputEdges[i]);
-        grads.push_back(st.outputGrads[i]);
-      }
-    }
+    auto [roots, grads] = backwardRoots(st);
     if (!roots.empty()) {
       torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
                                                             /*create_graph=*/false, /*accumulate_grad=*/true);
@@ -209,6 +245,8 @@ std::pair<std::string, std::string> traceNameOf(const Action& a) {
     case ActionKind::RecvGrad: return {"recv gradient " + mb, "recv"};
     case ActionKind::SendActivation: return {"send activation " + mb, "send"};
     case ActionKind::SendGrad: return {"send gradient " + mb, "send"};
+    case ActionKind::BackwardInput: return {"Bi" + mb, "compute"};
+    case ActionKind::BackwardWeight: return {"W" + mb, "compute"};
   }
   return {"?", "compute"};
 }
@@ -222,7 +260,10 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
   const auto& actions = schedule_.actions[stage_.index];
   const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   std::vector<InFlight> state(m);
-  auto isCompute = [](const Action& a) { return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward; };
+  auto isCompute = [](const Action& a) {
+    return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
+           a.kind == ActionKind::BackwardWeight;
+  };
   // Sent tensors are released as soon as their sends complete (Note [bounded buffers]).
   auto reapSends = [&] {
     sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
@@ -288,15 +329,22 @@ torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microB
         backward(a.microBatch, st, next);
         break;
       }
+      case ActionKind::BackwardInput:
+        backwardInput(st);
+        break;
+      case ActionKind::BackwardWeight:
+        backwardWeight(st);
+        break;
       case ActionKind::SendGrad: {
         for (size_t i = 0; i < nIn; ++i) {
           if (!inputNeedsGrad_[i]) continue;
           // An input no node differentiated through still owes its sender a gradient: zero.
-          auto g = st.inputs[i].grad();
+          auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
           if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
           sends_.push_back(comm_.isend(g.contiguous(), stage_.index - 1, tag(a.microBatch, i, nIn)));
         }
         st.inputs.clear();
+        st.inputGrads.clear();
         break;
       }
     }

@@ -13,6 +13,8 @@
 //   receive buffers, which is what the cost model counts. It waits for its
 //   own sends before returning. Gradients accumulate into the parameters'
 //   .grad across micro-batches.
+// - Schedules that split backward (zb-h1) run BackwardInput / BackwardWeight
+//   through BackwardSplit; they refuse memory plans that swap or recompute.
 // - With a memory plan (setMemoryPlan; eager execution), saved tensors are
 //   kept, swapped or recomputed as the plan says (memory::StageMemory);
 //   swapped ones are prefetched in the order the schedule runs backwards.
@@ -38,6 +40,7 @@
 #include "core/StageModule.h"
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
+#include "pipeline/BackwardSplit.h"
 #include "pipeline/Schedule.h"
 #include "core/Trace.h"
 
@@ -111,6 +114,9 @@ class StageWorker {
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
   void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
+  void backwardInput(InFlight& st);
+  void backwardWeight(InFlight& st);
+  std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> backwardRoots(InFlight& st) const;
 
   StageGraph stage_;
   std::vector<torch::Tensor> params_;

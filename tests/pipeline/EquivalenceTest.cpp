@@ -1,5 +1,5 @@
 // The correctness contract on a real GPT: 10 steps with 1 stage, 2 stages
-// GPipe and 2 stages 1F1B (cut inside a transformer block) give the same
+// GPipe, 1F1B and ZB-H1 (cut inside a transformer block) give the same
 // per-step losses as one process training the eager module with AdamW.
 // Runs under mpirun -np 2.
 //
@@ -138,10 +138,13 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
   expectSameLosses(pipelineLosses(Communicator::self(), "1f1b", Split::None), ref, "1 stage");
   auto gpipe = pipelineLosses(world, "gpipe", Split::InsideBlock);
   auto ofob = pipelineLosses(world, "1f1b", Split::InsideBlock);
+  auto zb = pipelineLosses(world, "zb-h1", Split::InsideBlock);
   if (world.rank() == 1) {
     expectSameLosses(gpipe, ref, "2 stages gpipe");
     expectSameLosses(ofob, ref, "2 stages 1f1b");
+    expectSameLosses(zb, ref, "2 stages zb-h1 (backward split into input and weight gradients)");
   }
+  expectSameLosses(pipelineLosses(Communicator::self(), "zb-h1", Split::None), ref, "1 stage zb-h1");
 }
 
 // The same contract for splits that come from plan files: a plan for the cut

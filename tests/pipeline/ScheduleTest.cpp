@@ -1,5 +1,7 @@
-// Schedules as data: GPipe and 1F1B valid for p in 1..4, m in 1..8; broken ones rejected.
+// Schedules as data: GPipe, 1F1B and ZB-H1 valid for p in 1..4, m in 1..8; broken ones rejected.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "core/Error.h"
 #include "pipeline/Schedule.h"
@@ -50,6 +52,15 @@ void expectRejected(const Schedule& s, const std::string& fragment) {
   }
 }
 
+void expectRejectedWithLimit(const Schedule& s, const std::vector<int>& limit, const std::string& fragment) {
+  try {
+    checkSchedule(s, limit);
+    ADD_FAILURE() << "accepted a schedule over its memory limit:\n" << toString(s);
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
 TEST(Schedule, HandBrokenSchedulesAreRejected) {
   auto s = makeGPipe(2, 2);
   // Stage 1 receives micro-batch 1 before micro-batch 0, and stage 0 sends 1
@@ -77,6 +88,63 @@ TEST(Schedule, HandBrokenSchedulesAreRejected) {
   expectRejected(e, "last stage sends no activations");
 
   EXPECT_THROW(makeSchedule("zigzag", 2, 2), ScheduleError);
+
+  auto f = makeZeroBubbleH1(2, 2);
+  auto& last = f.actions[1];
+  auto w = std::find(last.begin(), last.end(), Action{K::BackwardWeight, 0});
+  last.erase(w);
+  last.insert(last.begin() + 1, Action{K::BackwardWeight, 0});  // right after F0, before Bi0
+  expectRejected(f, "weight gradient before its input gradient");
+
+  auto g = makeZeroBubbleH1(2, 2);
+  g.actions[1].push_back({K::Backward, 1});  // micro-batch 1 also backwarded whole
+  expectRejected(g, "both whole and split");
+
+  auto h = makeZeroBubbleH1(2, 2);
+  auto& s1 = h.actions[1];
+  s1.erase(std::find(s1.begin(), s1.end(), Action{K::BackwardWeight, 1}));
+  expectRejected(h, "never runs W1");
+
+  // Memory: 1F1B's stage 0 holds 2 micro-batches at p = 2; a limit of 1 rejects it.
+  EXPECT_NO_THROW(checkSchedule(make1F1B(2, 4), {2, 1}));
+  expectRejectedWithLimit(make1F1B(2, 4), {1, 1}, "more than its limit 1");
+}
+
+// Zero-bubble ZB-H1: valid, split backward on every stage, activation memory
+// no more than 1F1B's most loaded stage (min(p, m) micro-batches).
+TEST(Schedule, ZeroBubbleH1IsValidAtOneFOneBMemory) {
+  for (int p = 1; p <= 4; ++p) {
+    for (int m = 1; m <= 8; ++m) {
+      auto s = makeSchedule("zb-h1", p, m);
+      EXPECT_TRUE(splitsBackward(s));
+      EXPECT_NO_THROW(checkSchedule(s, std::vector<int>(p, std::min(p, m)))) << toString(s);
+    }
+  }
+  EXPECT_FALSE(splitsBackward(make1F1B(2, 4)));
+}
+
+// The simulator against closed forms: with per-micro-batch forward f and
+// backward b on every stage and free messages, GPipe and 1F1B take
+// (m + p - 1)(f + b); ZB-H1 (b split in halves) is shorter whenever there is
+// a bubble, and never below the busy time m (f + b).
+TEST(Schedule, SimulatedStepTimes) {
+  const double f = 1, b = 2;
+  for (int p = 1; p <= 4; ++p) {
+    for (int m = 1; m <= 8; ++m) {
+      std::vector<StageTimes> t(p, StageTimes{f, b, b / 2, b / 2});
+      const double bound = (m + p - 1) * (f + b);
+      EXPECT_DOUBLE_EQ(simulateStep(makeGPipe(p, m), t), bound) << "p=" << p << " m=" << m;
+      EXPECT_DOUBLE_EQ(simulateStep(make1F1B(p, m), t), bound) << "p=" << p << " m=" << m;
+      const double zb = simulateStep(makeZeroBubbleH1(p, m), t);
+      EXPECT_GE(zb, m * (f + b));
+      if (p > 1 && m > 1) {
+        EXPECT_LT(zb, bound) << "p=" << p << " m=" << m << "\n" << toString(makeZeroBubbleH1(p, m));
+      }
+    }
+  }
+  // A message delay adds to every hop on the critical path: 1F1B at p = 2, m = 1: f, c, f+b... = 2(f+b) + 2c.
+  std::vector<StageTimes> t(2, StageTimes{f, b, b / 2, b / 2});
+  EXPECT_DOUBLE_EQ(simulateStep(make1F1B(2, 1), t, 0.5), 2 * (f + b) + 2 * 0.5);
 }
 
 }  // namespace
