@@ -1,0 +1,48 @@
+"""The quickstart GPT in PyTorch (same layers and sizes as models/Gpt.cpp),
+shared by the PyTorch peers in bench/."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, embd, heads, block):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(embd)
+        self.c_attn = nn.Linear(embd, 3 * embd)
+        self.c_proj = nn.Linear(embd, embd)
+        self.ln_2 = nn.LayerNorm(embd)
+        self.c_fc = nn.Linear(embd, 4 * embd)
+        self.mlp_proj = nn.Linear(4 * embd, embd)
+        self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
+
+    def attn(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, 2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.heads))
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, -1e9).softmax(-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, a):
+        super().__init__()
+        self.wte = nn.Embedding(a.vocab, a.embd)
+        self.wpe = nn.Embedding(a.block, a.embd)
+        self.h = nn.ModuleList(Block(a.embd, a.heads, a.block) for _ in range(a.layers))
+        self.ln_f = nn.LayerNorm(a.embd)
+        self.lm_head = nn.Linear(a.embd, a.vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.h:
+            x = b(x)
+        return self.lm_head(self.ln_f(x))

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# bench/schedules: the quickstart GPT (global batch 16) on 2 stages x 1 thread
+# under each pipeline schedule, against plain PyTorch eager in one process
+# with 2 intra-op threads on the same model and batch (bench/eager_torch.py),
+# in paired rounds: every round runs every configuration once, in the same
+# order, and each ratio is taken within a round. Prints per-configuration
+# median step times and the medians over rounds of the ratios to PyTorch and
+# to 1F1B at the same micro-batch count. Asserts nothing.
+#   usage: bench/schedules.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/env.sh"
+source "$root/bench/lib.sh"
+sluice="$root/build/launcher/sluice"
+[ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
+rounds=${1:-5}
+steps=${2:-15}
+py=/usr/bin/python3
+$py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs python3-torch (scripts/setup.sh installs it)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+configs=("1f1b 4" "zb-h1 4" "gpipe 4" "1f1b 8" "zb-h1 8")
+sluice_run() {  # schedule microbatches -> median step time
+  local out="$tmp/$1_$2"
+  rm -rf "$out"
+  "$sluice" train "$root/configs/quickstart.yaml" --set training.steps="$steps" --set logging.interval="$steps" \
+    --set pipeline.stages=2 --set pipeline.schedule="$1" --set pipeline.microbatches="$2" \
+    --set training.micro_batch_size=$((16 / $2)) --set training.global_batch_size=16 --set job.threads_per_rank=1 \
+    --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
+    >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
+  median_step_time "$out/metrics.jsonl"
+}
+echo "bench/schedules: quickstart GPT (4 x 192, block 128), global batch 16, $rounds rounds of $steps steps"
+"$sluice" --version | sed 's/^/  /'
+results="$tmp/results"
+: >"$results"
+for r in $(seq 1 "$rounds"); do
+  t=$(cd "$root/bench" && OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 | sed -n 's/step_time_s=//p')
+  echo "$r torch $t" >>"$results"
+  for c in "${configs[@]}"; do
+    set -- $c
+    echo "$r $1/m=$2 $(sluice_run "$1" "$2")" >>"$results"
+  done
+  echo "  round $r/$rounds done" >&2
+done
+$py - "$results" <<'PY'
+import collections, statistics, sys
+rows = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r, name, t = line.split()
+    rows[name][int(r)] = float(t)
+med = statistics.median
+names = list(rows)
+print("\n%-34s %12s %14s %14s" % ("configuration", "step time s", "vs torch", "vs 1f1b same m"))
+for n in names:
+    rounds = sorted(rows[n])
+    vt = med(rows[n][r] / rows["torch"][r] for r in rounds)
+    base = "1f1b/m=" + n.split("m=")[1] if "m=" in n else None
+    vb = med(rows[n][r] / rows[base][r] for r in rounds) if base in rows else None
+    label = "pytorch eager, 1 process x 2 threads" if n == "torch" else "sluice 2 stages x 1 thread, " + n
+    print("%-34s %12.4f %13.3fx %14s" % (label[:34], med(rows[n].values()), vt, "-" if vb is None else "%.3fx" % vb))
+print("\nratios are step time / reference step time, median over rounds of the ratio within each round (below 1: faster).")
+PY
