@@ -51,13 +51,13 @@ for line in open(sys.argv[1]):
     rows[name][int(r)] = float(t)
 med = statistics.median
 names = list(rows)
-print("\n%-34s %12s %14s %14s" % ("configuration", "step time s", "vs torch", "vs 1f1b same m"))
+print("\n%-44s %12s %14s %14s" % ("configuration", "step time s", "vs torch", "vs 1f1b same m"))
 for n in names:
     rounds = sorted(rows[n])
     vt = med(rows[n][r] / rows["torch"][r] for r in rounds)
     base = "1f1b/m=" + n.split("m=")[1] if "m=" in n else None
     vb = med(rows[n][r] / rows[base][r] for r in rounds) if base in rows else None
     label = "pytorch eager, 1 process x 2 threads" if n == "torch" else "sluice 2 stages x 1 thread, " + n
-    print("%-34s %12.4f %13.3fx %14s" % (label[:34], med(rows[n].values()), vt, "-" if vb is None else "%.3fx" % vb))
+    print("%-44s %12.4f %13.3fx %14s" % (label, med(rows[n].values()), vt, "-" if vb is None else "%.3fx" % vb))
 print("\nratios are step time / reference step time, median over rounds of the ratio within each round (below 1: faster).")
 PY
