@@ -4,7 +4,8 @@
 # backward vs plain all-reduce AdamW, and PyTorch's DDP + ZeroRedundancyOptimizer
 # (AdamW, Gloo; Debian's python3-torch) on the same sizes, all in this run.
 # Prints median step times (after 3 warm-up steps), ratios and optimizer bytes per rank.
-#   usage: bench/distadam.sh [STEPS]   (default 15)
+#   usage: bench/distadam.sh [STEPS] [ROUNDS]   (default 15 steps, 5 paired rounds: every round runs every
+#   configuration once; ratios are medians over rounds of the ratio within a round)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
@@ -22,34 +23,50 @@ common=(--set data.name=synthetic --set model.layers=$layers --set model.embd=$e
         --set pipeline.microbatches=$m --set training.global_batch_size=$((mbs * m * 2))
         --set job.threads_per_rank=1 --set optimizer.name=dist_adam --set optimizer.schedule=constant
         --set optimizer.warmup_steps=0)
-declare -A time bytes
-for mode in hooks after_backward allreduce; do
-  "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" --set optimizer.dist_adam.mode=$mode \
-    --set job.output_dir="$tmp/$mode" >"$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; exit 1; }
-  time[$mode]=$(median_step_time "$tmp/$mode/metrics.jsonl")
-  bytes[$mode]=$(grep -o '(\([0-9]*\) bytes)' "$tmp/$mode/logs/rank_0.log" | tr -dc 0-9)
-done
+rounds=${2:-5}
 py=/usr/bin/python3
-if $py -c "import torch.distributed" 2>/dev/null; then
-  out=$(OMP_NUM_THREADS=1 $py "$root/bench/distadam_torch.py" --layers $layers --embd $embd --heads $heads \
-        --block $block --micro-batch $mbs --microbatches $m --steps "$steps" 2>"$tmp/torch.err") ||
-    { cat "$tmp/torch.err"; exit 1; }
-  time[torch]=$(echo "$out" | sed -n 's/.*step_time_s=\([0-9.]*\).*/\1/p')
-  bytes[torch]=$(echo "$out" | sed -n 's/.*optimizer_bytes=\([0-9]*\).*/\1/p')
-else
+have_torch=0
+$py -c "import torch.distributed" 2>/dev/null && have_torch=1 ||
   echo "bench/distadam: python3-torch could not be imported; the PyTorch row is left out" >&2
-fi
-echo "bench/distadam: GPT ${layers}x${embd}, block $block, 2 data-parallel ranks x 1 thread, $m micro-batches of $mbs per rank"
+results="$tmp/results"
+: >"$results"
+for r in $(seq 1 "$rounds"); do
+  for mode in hooks after_backward allreduce; do
+    "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" --set optimizer.dist_adam.mode=$mode \
+      --set job.output_dir="$tmp/$mode" >"$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; exit 1; }
+    echo "$r $mode $(median_step_time "$tmp/$mode/metrics.jsonl") $(grep -o '(\([0-9]*\) bytes)' "$tmp/$mode/logs/rank_0.log" | tr -dc 0-9)" >>"$results"
+    rm -rf "${tmp:?}/$mode"
+  done
+  if [ $have_torch = 1 ]; then
+    out=$(OMP_NUM_THREADS=1 $py "$root/bench/distadam_torch.py" --layers $layers --embd $embd --heads $heads \
+          --block $block --micro-batch $mbs --microbatches $m --steps "$steps" 2>"$tmp/torch.err") ||
+      { cat "$tmp/torch.err"; exit 1; }
+    echo "$r torch $(echo "$out" | sed -n 's/.*step_time_s=\([0-9.]*\).*/\1/p') $(echo "$out" | sed -n 's/.*optimizer_bytes=\([0-9]*\).*/\1/p')" >>"$results"
+  fi
+  echo "  round $r/$rounds done" >&2
+done
+echo "bench/distadam: GPT ${layers}x${embd}, block $block, 2 data-parallel ranks x 1 thread, $m micro-batches of $mbs per rank, $rounds paired rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
-printf '\n%-48s %12s %10s %22s\n' "optimizer" "step time s" "vs torch" "optimizer bytes/rank"
-row() {
-  local ref=${time[torch]:-}
-  awk -v n="$1" -v t="$2" -v r="$ref" -v b="$3" 'BEGIN {
-    printf "%-48s %12.4f %10s %22s\n", n, t, (r == "" ? "-" : sprintf("%.2fx", r / t)), b }'
-}
-row "sluice DistAdam, hooks (reduce in backward)" "${time[hooks]}" "${bytes[hooks]}"
-row "sluice DistAdam, reduce-scatter after backward" "${time[after_backward]}" "${bytes[after_backward]}"
-row "sluice all-reduce AdamW (replicated state)" "${time[allreduce]}" "${bytes[allreduce]}"
-[ -n "${time[torch]:-}" ] && row "pytorch DDP + ZeroRedundancyOptimizer(AdamW)" "${time[torch]}" "${bytes[torch]}"
-awk -v h="${time[hooks]}" -v a="${time[after_backward]}" 'BEGIN { printf "\nhooks / after_backward step time: %.3f\n", h / a }'
-echo "vs torch = PyTorch step time / this row's step time (above 1: faster than PyTorch)."
+$py - "$results" <<'PY'
+import collections, statistics, sys
+t, b = collections.defaultdict(dict), {}
+for line in open(sys.argv[1]):
+    r, name, time, nbytes = line.split()
+    t[name][int(r)] = float(time)
+    b[name] = nbytes
+med = statistics.median
+labels = {"hooks": "sluice DistAdam, hooks (reduce in backward)",
+          "after_backward": "sluice DistAdam, reduce-scatter after backward",
+          "allreduce": "sluice all-reduce AdamW (replicated state)",
+          "torch": "pytorch DDP + ZeroRedundancyOptimizer(AdamW)"}
+print("\n%-48s %12s %10s %16s %22s" % ("optimizer", "step time s", "vs torch", "vs after_bwd", "optimizer bytes/rank"))
+for n in labels:
+    if n not in t:
+        continue
+    rs = sorted(t[n])
+    vt = "%.2fx" % med(t["torch"][r] / t[n][r] for r in rs) if "torch" in t else "-"
+    va = "%.3f" % med(t[n][r] / t["after_backward"][r] for r in rs)
+    print("%-48s %12.4f %10s %16s %22s" % (labels[n], med(t[n].values()), vt, va, b[n]))
+print("\nvs torch = PyTorch step time / this row's (above 1: faster than PyTorch); vs after_bwd = this row's step"
+      " time / after_backward's (below 1: faster); both medians over rounds of the ratio within a round.")
+PY

@@ -146,7 +146,22 @@ void DistAdam::onGradAccumulated(size_t index) {
                "DistAdam parameter " << index << " accumulated " << s.accumulated
                                      << " gradients this step but setAccumulationSteps(" << accumulationSteps_
                                      << ") was set; call step() or zero_grad() between steps");
-  if (mode_ == DistAdamMode::Hooks && s.accumulated == accumulationSteps_) launchReduce(index);
+  if (mode_ == DistAdamMode::Hooks && s.accumulated == accumulationSteps_) {
+    launchReduce(index);
+    progressReductions();
+  }
+}
+
+// Open MPI progresses nonblocking collectives only inside MPI calls (no
+// progress thread by default): without a poke, reductions started by hooks
+// sit until step() waits on them, and nothing overlaps backward. Testing the
+// oldest unfinished one drives all of them a round further.
+void DistAdam::progressReductions() {
+  while (!inFlight_.empty()) {
+    auto& s = *slots_[inFlight_.front()];
+    if (!s.reduce.test()) return;
+    inFlight_.pop_front();
+  }
 }
 
 void DistAdam::launchReduce(size_t index) {
@@ -161,6 +176,7 @@ void DistAdam::launchReduce(size_t index) {
   }
   s.reduceStarted = true;
   ++launched_;
+  inFlight_.push_back(index);
 }
 
 // The AdamW update of torch::optim::AdamW (LibTorch 1.13), on this rank's elements.
@@ -233,6 +249,7 @@ torch::Tensor DistAdam::step(LossClosure closure) {
     s.reduceStarted = false;
   }
   launched_ = 0;
+  inFlight_.clear();
   return loss;
 }
 
@@ -248,6 +265,7 @@ void DistAdam::zero_grad() {
     }
   }
   launched_ = 0;
+  inFlight_.clear();
 }
 
 int64_t DistAdam::stateBytes() const {

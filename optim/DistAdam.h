@@ -38,6 +38,7 @@
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +105,8 @@ class DistAdam : public torch::optim::Optimizer {
   std::vector<std::unique_ptr<Slot>> slots_;
   int accumulationSteps_ = 1;
   int launched_ = 0;
+  std::deque<size_t> inFlight_;  // slots whose reduction started and may not have finished, oldest first
+  void progressReductions();
   TraceRecorder* trace_ = nullptr;
 };
 
