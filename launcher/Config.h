@@ -111,7 +111,7 @@ struct PipelineConfig {
 
 struct OptimizerConfig {
   std::string name = "adamw";         // adamw | dist_adam (sharded over pipeline.data_parallel)
-  std::string distAdamMode = "hooks";  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
+  std::string distAdamMode = "after_backward";  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;

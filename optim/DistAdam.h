@@ -7,15 +7,21 @@
 // rank is 8 * params / N bytes plus padding.
 //
 // Modes
-// - Hooks (default): a post-accumulate-grad hook on each parameter (a
+// - AfterBackward (default): the reduce-scatters (below) all start inside
+//   step(). Measured fastest with ranks sharing a machine's cores
+//   (bench/distadam.sh): with no idle core, communication costs the same CPU
+//   time inside backward as after it, so the overlap has nothing to gain.
+// - Hooks: a post-accumulate-grad hook on each parameter (a
 //   FunctionPostHook on its grad accumulator, as DDP's C++ reducer does)
 //   starts a nonblocking reduce-scatter (average) of that gradient as soon as
 //   its last accumulation of the step is done (setAccumulationSteps(n):
 //   earlier accumulations do not reduce). Reductions overlap the rest of
 //   backward. step() walks the parameters in reverse, so the reductions that
 //   started first are waited on first, updates the shard, and starts an
-//   all-gather of it; all gathers are complete when step() returns.
-// - AfterBackward: the same reduce-scatters, all started inside step().
+//   all-gather of it; all gathers are complete when step() returns. Each
+//   hook also tests the oldest unfinished reduction, which drives Open MPI's
+//   progress (it has no progress thread): otherwise nothing would move
+//   before step().
 // - AllReduce: plain data-parallel AdamW: gradients all-reduced (average) and
 //   every rank updates the full parameters with full (unsharded) state.
 //
@@ -56,7 +62,7 @@ class DistAdam : public torch::optim::Optimizer {
  public:
   // expectedRanks > 0: the communicator must have exactly that many ranks.
   DistAdam(std::vector<torch::Tensor> params, Communicator comm, torch::optim::AdamWOptions options = {},
-           DistAdamMode mode = DistAdamMode::Hooks, int expectedRanks = 0);
+           DistAdamMode mode = DistAdamMode::AfterBackward, int expectedRanks = 0);
   ~DistAdam() override;
 
   torch::Tensor step(LossClosure closure = nullptr) override;

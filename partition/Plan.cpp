@@ -484,6 +484,25 @@ std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, c
   return freed;
 }
 
+// The predicted step of a schedule that splits backward (zb-h1): simulated
+// (pipeline::simulateStep) with each stage's predicted time split in the
+// profile's forward : backward ratio, and its backward into input and weight
+// gradients: all weight work on stage 0 (its inputs need no gradient), half
+// and half elsewhere (the profile does not time the halves yet; measured on
+// the quickstart's last stage: 60% input, with the loss). The partitioner's
+// cuts come from the 1F1B objective, which balances the same stage times.
+double splitScheduleStepTime(const PlanSettings& st, const Partition& part) {
+  constexpr double kInputGradientShare = 0.5;
+  std::vector<pipeline::StageTimes> times;
+  for (auto& s : part.stages) {
+    const double fb = s.forward + s.backward;
+    const double f = fb > 0 ? s.time * s.forward / fb : s.time / 2, b = s.time - f;
+    const double bi = s.stage == 0 ? 0.0 : b * kInputGradientShare;
+    times.push_back({f, b, bi, b - bi});
+  }
+  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches), times);
+}
+
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
             const Partition& part) {
   auto split = splitGraph(graph, part.cuts);
@@ -500,6 +519,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
+  if (!problem.inFlightPerStage.empty()) plan.stepTime = splitScheduleStepTime(st, part);
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;
@@ -548,7 +568,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     plan.stages.push_back(std::move(ps));
   }
   // Idle share of the step, averaged over stages.
-  plan.bubbleFraction = part.stepTime > 0 ? 1.0 - busy / (st.stages * part.stepTime) : 0.0;
+  plan.bubbleFraction = plan.stepTime > 0 ? 1.0 - busy / (st.stages * plan.stepTime) : 0.0;
   return plan;
 }
 

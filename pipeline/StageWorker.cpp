@@ -64,7 +64,7 @@ void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swap
                "stage " << stage_.index << ": schedule " << schedule_.name
                         << " splits backward (input, then weight gradients) and runs with every saved tensor kept; "
                            "its memory plan swaps or recomputes: use pipeline.schedule 1f1b or gpipe, or a larger "
-                           "memory.budget_gb");
+                           "memory.budget_mb");
   memory::StageMemoryOptions options;
   options.plan = std::move(plan);
   options.swapDir = swapDir;

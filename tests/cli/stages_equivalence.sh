@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `sluice train` with 1 stage (AdamW), 2 stages (AdamW) and 2 stages x 2
-# data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), same seed
+# data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), each
+# also with the zero-bubble schedule zb-h1 for the 2-stage runs, same seed
 # and global batch, write the same per-step losses to metrics.jsonl, to a
 # relative 1e-5: compiled graphs of different cuts, and gradient averages over
 # replicas, round differently (see EquivalenceTest and DistAdamTest).
@@ -12,9 +13,17 @@ train one --set pipeline.stages=1
 train two --set pipeline.stages=2
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
+# Zero-bubble: backward split into input and weight gradients, weight gradients
+# deferred (DistAdam's hooks fire in the deferred half).
+train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
+train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
 
 compare_losses "$TMP/one" "$TMP/two" 10
 compare_losses "$TMP/one" "$TMP/two_by_two" 10
+compare_losses "$TMP/one" "$TMP/zb" 10
+compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10
+grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: 1-stage, 2-stage and 2x2 losses agree"
+echo "ok: 1-stage, 2-stage, 2x2 and zb-h1 (2-stage, 2x2) losses agree"

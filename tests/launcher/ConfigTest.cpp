@@ -84,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"derived micro-batches do not divide", {"pipeline.microbatches=0", "training.global_batch_size=7"},
                   nullptr, "training.global_batch_size (7) must be divisible by training.micro_batch_size (2)"},
         Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr, "pipeline.schedule must be gpipe, 1f1b or zb-h1"},
+        Malformed{"zb-h1 with full recompute", {"pipeline.schedule=zb-h1", "memory.policy=full_recompute"}, nullptr,
+                  "memory.policy full_recompute does not work with pipeline.schedule zb-h1"},
         Malformed{"zero stages", {"pipeline.stages=0"}, nullptr, "pipeline.stages must be >= 1, got 0"},
         Malformed{"not an integer", {"training.steps=many"}, nullptr,
                   "training.steps: expected an integer, got 'many'"},
