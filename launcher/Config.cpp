@@ -266,8 +266,8 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1"}),
-          "pipeline.schedule must be gpipe, 1f1b or zb-h1, got '" + p.schedule + "'");
+  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "auto"}),
+          "pipeline.schedule must be gpipe, 1f1b, zb-h1 or auto, got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +

@@ -1,6 +1,8 @@
 #include "launcher/Planning.h"
 
 #include <cstring>
+#include <optional>
+#include <sstream>
 
 #include "core/Error.h"
 #include "core/Log.h"
@@ -69,6 +71,43 @@ partition::PlanSettings planSettings(const Config& c) {
   return s;
 }
 
+partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
+                            const std::vector<int>& cuts, std::string* why) {
+  auto plan = [&](const std::string& schedule) {
+    settings.schedule = schedule;
+    return cuts.empty() ? partition::makePlan(graph, profile, settings)
+                        : partition::planForCuts(graph, profile, settings, cuts);
+  };
+  if (settings.schedule != "auto") return plan(settings.schedule);
+  std::vector<std::string> candidates{"1f1b", "zb-h1", "gpipe"};
+  if (settings.policy == "full_recompute") candidates.erase(candidates.begin() + 1);  // zb-h1 keeps every saved tensor
+  std::optional<partition::Plan> best;
+  std::ostringstream report, failures;
+  report.precision(1);
+  report << std::fixed;
+  for (auto& name : candidates) {
+    try {
+      auto p = plan(name);
+      report << (report.tellp() > 0 ? ", " : "") << name << " " << p.stepTime * 1e3 << " ms";
+      if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
+    } catch (const PlanError& e) {
+      report << (report.tellp() > 0 ? ", " : "") << name << " does not fit";
+      failures << "\n  " << name << ": " << e.what();
+    }
+  }
+  if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
+  if (why) {
+    *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
+           "; zb-h1 assumes its backward splits half input, half weight gradients, except on stage 0)";
+  }
+  return std::move(*best);
+}
+
+std::string scheduleOf(const Config& c, const partition::Plan* plan) {
+  if (c.pipeline.schedule != "auto") return c.pipeline.schedule;
+  return plan ? plan->schedule : "1f1b";
+}
+
 partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGraph& graph, const Communicator& world,
                            const std::string& scratchDir) {
   if (!c.pipeline.plan.empty()) {
@@ -87,9 +126,9 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
   if (world.rank() == 0) {
     try {
       auto settings = planSettings(c);
-      bytes = (c.pipeline.cuts.empty() ? partition::makePlan(graph, profile, settings)
-                                       : partition::planForCuts(graph, profile, settings, c.pipeline.cuts))
-                  .toBytes();
+      std::string why;
+      bytes = makePlanFor(graph, profile, settings, c.pipeline.cuts, &why).toBytes();
+      if (!why.empty()) log::info(why);
     } catch (const Error& e) {
       failure = e.what();
     }

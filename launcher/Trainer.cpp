@@ -198,7 +198,8 @@ void Trainer::buildStage() {
   const auto& stage = *stage_;
   worker_ = std::make_unique<pipeline::StageWorker>(
       stage, setup_.tensorsByName(stage.paramInputs), pipelineComm_,
-      pipeline::makeSchedule(c_.pipeline.schedule, stages, c_.pipeline.microbatches), setup_.loss, mode);
+      pipeline::makeSchedule(scheduleOf(c_, plan_ ? &*plan_ : nullptr), stages, c_.pipeline.microbatches), setup_.loss,
+      mode);
   if (memoryPlan_.freesAnything()) {
     worker_->setMemoryPlan(memoryPlan_, swapDir(c_));
     const auto* mem = worker_->memory();
@@ -738,7 +739,7 @@ std::string Trainer::settingsTable() const {
   os << "settings\n";
   row("world", std::to_string(c_.worldSize()) + " = stages " + std::to_string(c_.pipeline.stages) +
                    " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
-  row("schedule", c_.pipeline.schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
+  row("schedule", scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "") + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
                       std::to_string(c_.training.microBatchSize));
   row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");
   row("execution", c_.pipeline.execution);

@@ -189,8 +189,9 @@ int runPartition(Args a) {
             << settings.method << ") ..." << std::endl;
   auto t0 = std::chrono::steady_clock::now();
   if (!config.pipeline.cuts.empty()) settings.method = "cuts";  // predictions for the user's own cuts
-  auto plan = settings.method == "cuts" ? sluice::partition::planForCuts(graph, profile, settings, config.pipeline.cuts)
-                                        : sluice::partition::makePlan(graph, profile, settings);
+  std::string why;
+  auto plan = sluice::makePlanFor(graph, profile, settings, config.pipeline.cuts, &why);
+  if (!why.empty()) std::cerr << "sluice: " << why << std::endl;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   plan.save(a.output);
   std::cout << plan.table() << "planned in " << seconds << " s; wrote " << a.output << std::endl;

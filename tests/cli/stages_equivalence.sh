@@ -16,6 +16,7 @@ train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pi
 # Zero-bubble: backward split into input and weight gradients, weight gradients
 # deferred (DistAdam's hooks fire in the deferred half).
 train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
+train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
 
@@ -24,6 +25,9 @@ compare_losses "$TMP/one" "$TMP/two_by_two" 10
 compare_losses "$TMP/one" "$TMP/zb" 10
 compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
+compare_losses "$TMP/one" "$TMP/auto" 10
+grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms" "$TMP/auto.out" ||
+  fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
 echo "ok: 1-stage, 2-stage, 2x2 and zb-h1 (2-stage, 2x2) losses agree"

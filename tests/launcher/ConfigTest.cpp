@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "(4) x pipeline.data_parallel (1) = 8"},
         Malformed{"derived micro-batches do not divide", {"pipeline.microbatches=0", "training.global_batch_size=7"},
                   nullptr, "training.global_batch_size (7) must be divisible by training.micro_batch_size (2)"},
-        Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr, "pipeline.schedule must be gpipe, 1f1b or zb-h1"},
+        Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr, "pipeline.schedule must be gpipe, 1f1b, zb-h1 or auto"},
         Malformed{"zb-h1 with full recompute", {"pipeline.schedule=zb-h1", "memory.policy=full_recompute"}, nullptr,
                   "memory.policy full_recompute does not work with pipeline.schedule zb-h1"},
         Malformed{"zero stages", {"pipeline.stages=0"}, nullptr, "pipeline.stages must be >= 1, got 0"},
