@@ -10,9 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
 source "$root/bench/lib.sh"
-sluice="$root/build/launcher/sluice"
 bash "$root/scripts/setup.sh" >/dev/null
-[ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 steps=${1:-15}
 layers=4 embd=192 heads=6 block=128 mbs=4 m=4
 tmp=$(mktemp -d)

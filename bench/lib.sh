@@ -1,4 +1,6 @@
-# Shared by the benchmarks (sourced).
+# Shared by the benchmarks (sourced after setting $root): $sluice, built when missing.
+sluice="$root/build/launcher/sluice"
+[ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 
 # median_step_time METRICS_JSONL: median step_time_s after 3 warm-up steps.
 median_step_time() {

@@ -15,8 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
 source "$root/bench/lib.sh"
-sluice="$root/build/launcher/sluice"
-[ -x "$sluice" ] && [ -x "$root/build/tests/sluice_tests" ] || bash "$root/scripts/build.sh" sluice sluice_tests
+[ -x "$root/build/tests/sluice_tests" ] || bash "$root/scripts/build.sh" sluice sluice_tests
 steps=${1:-20}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

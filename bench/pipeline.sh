@@ -8,8 +8,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
 source "$root/bench/lib.sh"
-sluice="$root/build/launcher/sluice"
-[ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 steps=${1:-20}
 m=8
 tmp=$(mktemp -d)

@@ -11,8 +11,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
 source "$root/bench/lib.sh"
-sluice="$root/build/launcher/sluice"
-[ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 rounds=${1:-5}
 steps=${2:-15}
 py=/usr/bin/python3
