@@ -98,7 +98,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
   if (why) {
     *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
-           "; zb-h1 assumes its backward splits half input, half weight gradients, except on stage 0)";
+           "; zb-h1 with the profiled weight-gradient share of each stage's backward)";
   }
   return std::move(*best);
 }

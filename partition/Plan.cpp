@@ -486,19 +486,23 @@ std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, c
 
 // The predicted step of a schedule that splits backward (zb-h1): simulated
 // (pipeline::simulateStep) with each stage's predicted time split in the
-// profile's forward : backward ratio, and its backward into input and weight
-// gradients: all weight work on stage 0 (its inputs need no gradient), half
-// and half elsewhere (the profile does not time the halves yet; measured on
-// the quickstart's last stage: 60% input, with the loss). The partitioner's
-// cuts come from the 1F1B objective, which balances the same stage times.
-double splitScheduleStepTime(const PlanSettings& st, const Partition& part) {
-  constexpr double kInputGradientShare = 0.5;
+// profile's forward : backward ratio, and its backward into the weight
+// gradients (the profiled weightBackwardSeconds of its nodes) and the rest
+// (input gradients, with the loss); on stage 0, whose inputs need no
+// gradient, all of it is weight work. The partitioner's cuts come from the
+// 1F1B objective, which balances the same stage times.
+double splitScheduleStepTime(const PlanSettings& st, const Profile& profile, const Partition& part) {
   std::vector<pipeline::StageTimes> times;
   for (auto& s : part.stages) {
     const double fb = s.forward + s.backward;
     const double f = fb > 0 ? s.time * s.forward / fb : s.time / 2, b = s.time - f;
-    const double bi = s.stage == 0 ? 0.0 : b * kInputGradientShare;
-    times.push_back({f, b, bi, b - bi});
+    double nodesBackward = 0, weight = 0;
+    for (int j = s.first; j < s.end; ++j) {
+      nodesBackward += profile.nodes[j].backwardSeconds;
+      weight += profile.nodes[j].weightBackwardSeconds;
+    }
+    const double w = s.stage == 0 ? b : nodesBackward > 0 ? s.backward * weight / nodesBackward : b / 2;
+    times.push_back({f, b, b - w, w});
   }
   return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches), times);
 }
@@ -519,7 +523,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
-  if (!problem.inFlightPerStage.empty()) plan.stepTime = splitScheduleStepTime(st, part);
+  if (!problem.inFlightPerStage.empty()) plan.stepTime = splitScheduleStepTime(st, profile, part);
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;

@@ -51,6 +51,7 @@ void Profile::save(const std::string& path) const {
     pn->set_op(n.op);
     pn->set_forward_s(n.forwardSeconds);
     pn->set_backward_s(n.backwardSeconds);
+    pn->set_weight_backward_s(n.weightBackwardSeconds);
     pn->set_output_bytes(n.outputBytes);
     pn->set_saved_bytes(n.savedBytes);
     pn->set_param_bytes(n.paramBytes);
@@ -109,7 +110,8 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   out.iterations = p.iterations();
   for (auto& pn : p.nodes()) {
     out.nodes.push_back({pn.index(), pn.op(), pn.forward_s(), pn.backward_s(), pn.output_bytes(), pn.saved_bytes(),
-                         pn.param_bytes(), pn.recomputable(), pn.random(), pn.workspace_bytes()});
+                         pn.param_bytes(), pn.recomputable(), pn.random(), pn.workspace_bytes(),
+                         pn.weight_backward_s()});
   }
   for (auto& q : p.storages()) {
     memory::StorageFact f;
@@ -244,15 +246,21 @@ double swapCpuCost(const Communicator& comm, memory::FileSwapTier& tier) {
 
 void averageOverRanks(Profile& profile, const Communicator& comm) {
   const int64_t n = static_cast<int64_t>(profile.nodes.size());
-  auto times = torch::zeros({2 * n + 2}, torch::kFloat64);
+  auto times = torch::zeros({3 * n + 2}, torch::kFloat64);
   auto* t = times.data_ptr<double>();
-  for (int64_t i = 0; i < n; ++i) t[i] = profile.nodes[i].forwardSeconds, t[n + i] = profile.nodes[i].backwardSeconds;
-  t[2 * n] = profile.lossForwardSeconds;
-  t[2 * n + 1] = profile.lossBackwardSeconds;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& node = profile.nodes[i];
+    t[i] = node.forwardSeconds, t[n + i] = node.backwardSeconds, t[2 * n + i] = node.weightBackwardSeconds;
+  }
+  t[3 * n] = profile.lossForwardSeconds;
+  t[3 * n + 1] = profile.lossBackwardSeconds;
   comm.allReduce(times, ReduceOp::Average);
-  for (int64_t i = 0; i < n; ++i) profile.nodes[i].forwardSeconds = t[i], profile.nodes[i].backwardSeconds = t[n + i];
-  profile.lossForwardSeconds = t[2 * n];
-  profile.lossBackwardSeconds = t[2 * n + 1];
+  for (int64_t i = 0; i < n; ++i) {
+    auto& node = profile.nodes[i];
+    node.forwardSeconds = t[i], node.backwardSeconds = t[n + i], node.weightBackwardSeconds = t[2 * n + i];
+  }
+  profile.lossForwardSeconds = t[3 * n];
+  profile.lossBackwardSeconds = t[3 * n + 1];
 }
 
 MachineProfile measureMachine(const Communicator& comm, const std::string& dir) {

@@ -37,6 +37,10 @@ struct NodeProfile {
   bool recomputable = true;  // false: writes a parameter or buffer in place
   bool random = false;
   int64_t workspaceBytes = 0;
+  // The part of backwardSeconds that computes parameter gradients (what a
+  // zero-bubble schedule defers to W): backwardSeconds x the weight share
+  // timed once per node with the two halves run separately.
+  double weightBackwardSeconds = 0;
 };
 
 struct MachineProfile {

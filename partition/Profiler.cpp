@@ -120,6 +120,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   profileMemory(g, inputs, profile, forwardWorkspace);
   forwardWorkspace.resize(g.numNodes(), 0);
   std::vector<std::vector<double>> fwd(g.numNodes()), bwd(g.numNodes());
+  std::vector<double> weightShare(g.numNodes(), 0.5);
   std::unordered_set<std::string> paramsSeen;
   for (auto& n : g.nodes()) {
     auto& p = profile.nodes[n.index];
@@ -138,6 +139,27 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
     if (!f.savers.empty()) profile.nodes.at(f.key.node).savedBytes += f.bytes;
   }
 
+  // Values computed from parameters alone (a weight, its transpose, a view
+  // of it): their gradients are weight work wherever they are consumed.
+  std::unordered_set<const torch::jit::Value*> fromParams;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    if (g.inputs()[i].kind == InputKind::Parameter) fromParams.insert(graph.inputs()[i]);
+  }
+  for (auto* node : graph.nodes()) {
+    bool any = false, all = true;
+    for (auto* in : node->inputs()) {
+      if (!in->type()->cast<c10::TensorType>() || in->node()->kind() == c10::prim::Constant) continue;
+      if (fromParams.count(in)) {
+        any = true;
+      } else {
+        all = false;
+      }
+    }
+    if (any && all) {
+      for (auto* out : node->outputs()) fromParams.insert(out);
+    }
+  }
+
   // Timing: every node alone, on detached copies of its inputs.
   NodeProgram program(g.graph());
   const int runs = options.warmup + options.iterations;
@@ -152,6 +174,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       const bool inPlace = indexed && !g.nodes()[found->second].op.empty() && g.nodes()[found->second].op.back() == '_';
       torch::jit::Stack stack;
       std::vector<torch::Tensor> leaves;
+      std::vector<char> leafIsParam;
       for (auto* in : node->inputs()) {
         IValue v = env.at(in);
         if (indexed && v.isTensor()) {
@@ -160,6 +183,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
           if (grad) {
             t.requires_grad_(true);
             leaves.push_back(t);
+            leafIsParam.push_back(fromParams.count(in) > 0);
           }
           // An in-place op may not write into a leaf: give it a (non-leaf) copy, made before timing.
           v = (inPlace && grad) ? IValue(t.clone()) : IValue(t);
@@ -187,13 +211,26 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
           }
         }
         double backward = 0;
-        if (!roots.empty() && !leaves.empty()) {
+        const auto params = std::count(leafIsParam.begin(), leafIsParam.end(), 1);
+        const bool mixed = params > 0 && params < static_cast<long>(leaves.size());
+        if (!roots.empty() && !leaves.empty() && run == runs - 1 && !first && mixed) {
+          // Once per node: the input-gradient half, then the weight half (Note: BackwardSplit), for the weight share.
+          std::vector<torch::Tensor> inputLeaves, paramLeaves;
+          for (size_t k = 0; k < leaves.size(); ++k) (leafIsParam[k] ? paramLeaves : inputLeaves).push_back(leaves[k]);
+          auto t2 = Clock::now();
+          torch::autograd::grad(roots, inputLeaves, grads, /*retain_graph=*/true, /*create_graph=*/false, true);
+          auto t3 = Clock::now();
+          torch::autograd::grad(roots, paramLeaves, grads, /*retain_graph=*/false, /*create_graph=*/false, true);
+          backward = seconds(t2, Clock::now());
+          weightShare[found->second] = backward > 0 ? seconds(t3, Clock::now()) / backward : 0.5;
+        } else if (!roots.empty() && !leaves.empty()) {
           if (first) memory::resetPeak();
           auto t2 = Clock::now();
           auto inputGrads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
                                                   /*allow_unused=*/true);
           backward = seconds(t2, Clock::now());
           if (first) backwardWorkspace[found->second] = memory::allocatorStats().peakBytes - before;
+          if (!mixed) weightShare[found->second] = params > 0 ? 1.0 : 0.0;
         }
         if (timed) {
           fwd[found->second].push_back(seconds(t0, t1));
@@ -210,6 +247,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   for (int i = 0; i < g.numNodes(); ++i) {
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
+    profile.nodes[i].weightBackwardSeconds = weightShare[i] * profile.nodes[i].backwardSeconds;
     profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
   }
   return profile;

@@ -85,6 +85,34 @@ TEST(Profiler, SavedAndParameterBytesPerNode) {
 // or itself recomputed). For the attention probabilities that reaches back
 // through q @ k^T, the scale and the mask to the qkv projection, whose
 // reshaped views matmul saves as copies (so qkv itself is saved by nobody).
+// The weight-gradient part of each node's backward (zero-bubble schedules
+// defer it): all of it for nodes that differentiate only into parameters or
+// values made from them (embedding, the transpose of a weight), none for
+// nodes that read no parameter, a strict part for x @ W^T (the transposed
+// weight is made from a parameter alone, so it counts as one).
+TEST(Profiler, WeightGradientShareFollowsWhatANodeDifferentiatesInto) {
+  Fixture f;
+  auto& g = *f.graph;
+  std::map<std::string, int> producer;
+  for (auto& n : g.nodes()) {
+    for (auto& o : n.outputs) producer[o.name] = n.index;
+  }
+  int matmuls = 0;
+  for (auto& n : g.nodes()) {
+    const auto& p = f.profile.nodes[n.index];
+    EXPECT_GE(p.weightBackwardSeconds, 0.0) << n.op;
+    EXPECT_LE(p.weightBackwardSeconds, p.backwardSeconds * (1 + 1e-9)) << n.op;
+    if (n.op == "aten::embedding" || n.op == "aten::t") EXPECT_DOUBLE_EQ(p.weightBackwardSeconds, p.backwardSeconds) << n.op;
+    if (n.op == "aten::softmax" || n.op == "aten::gelu") EXPECT_EQ(p.weightBackwardSeconds, 0.0) << n.op;
+    if (n.op == "aten::matmul" && producer.count(n.inputs[1]) && g.nodes()[producer[n.inputs[1]]].op == "aten::t") {
+      ++matmuls;
+      EXPECT_GT(p.weightBackwardSeconds, 0.0);
+      EXPECT_LT(p.weightBackwardSeconds, p.backwardSeconds);
+    }
+  }
+  EXPECT_GT(matmuls, 0) << "expected x @ W^T matmuls in the tiny GPT";
+}
+
 TEST(Profiler, RecomputeSegmentsCloseOverWhatNothingSaved) {
   Fixture f;
   auto& g = *f.graph;
