@@ -38,8 +38,8 @@
 //
 //   sluice::optim::DistAdam opt(model->parameters(), dataParallelComm,
 //                               torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
-//   loss.backward();   // reduce-scatters start here
-//   opt.step();        // wait, update shard, all-gather
+//   loss.backward();   // (DistAdamMode::Hooks: reduce-scatters start here)
+//   opt.step();        // reduce-scatter, update shard, all-gather
 #pragma once
 
 #include <torch/torch.h>
