@@ -53,6 +53,13 @@ int inFlight(const Problem& p, int stage) {
   return p.gpipe ? p.microBatches : std::min(p.stages - stage, p.microBatches);
 }
 
+int64_t Problem::weightGradBytes(int stage, int first, int end) const {
+  if (weightPendingPerStage.empty()) return 0;
+  int64_t sum = 0;
+  for (int j = first; j < end; ++j) sum += nodes[j].weightGradBytes;
+  return weightPendingPerStage.at(stage) * sum;
+}
+
 int64_t memoryUnit(const Problem& p) { return std::max<int64_t>(1, p.budgetBytes / 1024); }
 
 double commSeconds(const Problem& p, int cut) {
@@ -239,9 +246,10 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.transientBytes = transientBytes(p, first, end, isFreed);
   s.windowBytes = s.swappedBytes > 0 ? p.window() : 0;
   s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
-  s.peakBytes = s.staticBytes + s.inFlight * s.heldBytes + s.transientBytes + s.windowBytes;
-  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + transientBound(p, first, end, s.recomputedBytes > 0) +
-                 s.windowBytes;
+  const int64_t pendingW = p.weightGradBytes(stage, first, end);
+  s.peakBytes = s.staticBytes + s.inFlight * s.heldBytes + pendingW + s.transientBytes + s.windowBytes;
+  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + pendingW +
+                 transientBound(p, first, end, s.recomputedBytes > 0) + s.windowBytes;
   s.comm = commSeconds(p, first) + commSeconds(p, end);
   if (last) s.loss = p.lossSeconds;
   s.time = s.forward + s.backward + s.swapCpu + s.swapStall + s.recompute + s.comm + s.loss;

@@ -34,7 +34,10 @@
 //   held    = boundary inputs (X_first; the data input on stage 0) + kept
 //             freeable storages + the loss's saved tensors on the last stage;
 //   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
-//             count for ZB-H1 (activations held until the weight gradient);
+//             count for ZB-H1 (activations held until the weight gradient),
+//             which also adds its weight-pending micro-batches' output
+//             gradients (NodeCost::weightGradBytes; an upper bound: the input
+//             gradient's own saved tensors are freed by then);
 //   transient = max over the stage's nodes j of (k_j - the kept bytes of
 //             storages first saved after j + the freed storages in use at j)
 //             (and the loss's workspace on the last stage): node j runs, in
@@ -76,6 +79,10 @@ struct NodeCost {
   double forward = 0, backward = 0;  // seconds
   int64_t params = 0;                // bytes of parameters first read here
   int64_t workspace = 0;             // bytes
+  // Split-backward schedules: bytes of the output gradient a deferred weight
+  // gradient re-enters this node with (nodes whose backward feeds both
+  // activations and weights), held from BackwardInput to BackwardWeight.
+  int64_t weightGradBytes = 0;
 };
 
 struct SavedStorage {
@@ -111,6 +118,11 @@ struct Problem {
   // When set (split-backward schedules, zb-h1): each stage's peak micro-batches
   // in flight, from the schedule itself (pipeline::peakInFlight).
   std::vector<int> inFlightPerStage;
+  // With it: each stage's peak micro-batches between BackwardInput and
+  // BackwardWeight (pipeline::peakWeightPending); they add
+  // weightPending_k x sum of the stage's weightGradBytes to its memory.
+  std::vector<int> weightPendingPerStage;
+  int64_t weightGradBytes(int stage, int first, int end) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above
   bool prune = true;               // partitioner search pruning (large graphs); the result is the same without

@@ -111,7 +111,7 @@ struct StageSums {
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
     return staticBytes(p) + inFlight(p, k) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
-           (v == Variant::Recompute ? 0 : p.window()) - p.budgetBytes;
+           p.weightGradBytes(k, first, end) + (v == Variant::Recompute ? 0 : p.window()) - p.budgetBytes;
   }
   int64_t need(const Problem& p, int k, int end, Variant v) const {
     return unitsFor(excess(p, k, end, v, saved), inFlight(p, k), memoryUnit(p));

@@ -299,7 +299,21 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.gpipe = st.schedule == "gpipe";
   const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches);
   const bool split = pipeline::splitsBackward(schedule);
-  if (split) p.inFlightPerStage = pipeline::peakInFlight(schedule);
+  if (split) {
+    p.inFlightPerStage = pipeline::peakInFlight(schedule);
+    p.weightPendingPerStage = pipeline::peakWeightPending(schedule);
+    // Stage 0's inputs (the data) need no gradient: its BackwardInput captures
+    // nothing and its W starts from the stage's own output gradients.
+    p.weightPendingPerStage.at(0) = 0;
+    // Nodes whose backward feeds activations and weights (a strict, non-zero
+    // weight share): the deferred W re-enters them with their output's gradient.
+    for (int j = 0; j < n; ++j) {
+      const auto& node = profile.nodes[j];
+      if (node.weightBackwardSeconds > 0 && node.weightBackwardSeconds < node.backwardSeconds) {
+        p.nodes[j].weightGradBytes = node.outputBytes;
+      }
+    }
+  }
   p.budgetBytes = st.budgetBytes;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);

@@ -191,6 +191,18 @@ std::string toString(const Schedule& s) {
   return os.str();
 }
 
+std::vector<int> peakWeightPending(const Schedule& s) {
+  std::vector<int> peak(s.stages, 0);
+  for (int st = 0; st < s.stages; ++st) {
+    int pending = 0;
+    for (auto& a : s.actions[st]) {
+      if (a.kind == ActionKind::BackwardInput) peak[st] = std::max(peak[st], ++pending);
+      if (a.kind == ActionKind::BackwardWeight) --pending;
+    }
+  }
+  return peak;
+}
+
 std::vector<int> peakInFlight(const Schedule& s) {
   std::vector<int> peak(s.stages, 0);
   for (int st = 0; st < s.stages; ++st) {

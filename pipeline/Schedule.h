@@ -81,6 +81,9 @@ void checkSchedule(const Schedule& schedule, const std::vector<int>& inFlightLim
 
 // Micro-batches whose forward finished but backward did not, at most, per stage.
 std::vector<int> peakInFlight(const Schedule& schedule);
+// Micro-batches between their BackwardInput and BackwardWeight, at most, per
+// stage (they also hold the output gradients W re-enters with). 0 when whole.
+std::vector<int> peakWeightPending(const Schedule& schedule);
 
 std::string toString(ActionKind kind);
 std::string toString(const Action& action);  // e.g. "F3", "recv_act2"

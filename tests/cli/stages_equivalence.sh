@@ -25,6 +25,12 @@ compare_losses "$TMP/one" "$TMP/two_by_two" 10
 compare_losses "$TMP/one" "$TMP/zb" 10
 compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
+# zb-h1's last stage also holds the output gradients its deferred W re-enters
+# nodes with: the predicted peak (an upper bound) must cover the measured one.
+read -r measured predicted < <(sed -n 's/.*stage 1 measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2/p' \
+  "$TMP/zb/logs/rank_1.log" | head -1)
+[ -n "$predicted" ] && [ "$measured" -le "$predicted" ] ||
+  fail "zb-h1 stage 1 measured peak $measured bytes above the predicted $predicted"
 compare_losses "$TMP/one" "$TMP/auto" 10
 grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
