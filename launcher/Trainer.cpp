@@ -739,7 +739,9 @@ std::string Trainer::settingsTable() const {
   os << "settings\n";
   row("world", std::to_string(c_.worldSize()) + " = stages " + std::to_string(c_.pipeline.stages) +
                    " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
-  row("schedule", scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "") + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
+  const std::string schedule =
+      scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "");
+  row("schedule", schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
                       std::to_string(c_.training.microBatchSize));
   row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");
   row("execution", c_.pipeline.execution);

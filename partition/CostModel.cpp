@@ -22,6 +22,9 @@ const char* actionName(Action a) {
 void Problem::validate() const {
   const size_t n = nodes.size();
   SLUICE_CHECK(n >= 1, PlanError, "partition: the profile has no nodes");
+  SLUICE_CHECK(weightPendingPerStage.empty() ||
+                   (static_cast<int>(weightPendingPerStage.size()) == stages && weightGradPrefix.size() == n + 1),
+               PlanError, "partition: weight-pending counts or weight-gradient sums do not match the stages and nodes");
   SLUICE_CHECK(cutBytes.size() == n + 1 && validCut.size() == n + 1, PlanError,
                "partition: " << n << " nodes need " << n + 1 << " cut entries, got " << cutBytes.size() << " and "
                              << validCut.size());
@@ -55,9 +58,7 @@ int inFlight(const Problem& p, int stage) {
 
 int64_t Problem::weightGradBytes(int stage, int first, int end) const {
   if (weightPendingPerStage.empty()) return 0;
-  int64_t sum = 0;
-  for (int j = first; j < end; ++j) sum += nodes[j].weightGradBytes;
-  return weightPendingPerStage.at(stage) * sum;
+  return weightPendingPerStage.at(stage) * (weightGradPrefix.at(end) - weightGradPrefix.at(first));
 }
 
 int64_t memoryUnit(const Problem& p) { return std::max<int64_t>(1, p.budgetBytes / 1024); }

@@ -36,7 +36,7 @@
 //   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
 //             count for ZB-H1 (activations held until the weight gradient),
 //             which also adds its weight-pending micro-batches' output
-//             gradients (NodeCost::weightGradBytes; an upper bound: the input
+//             gradients (Problem::weightGradPrefix; an upper bound: the input
 //             gradient's own saved tensors are freed by then);
 //   transient = max over the stage's nodes j of (k_j - the kept bytes of
 //             storages first saved after j + the freed storages in use at j)
@@ -79,10 +79,6 @@ struct NodeCost {
   double forward = 0, backward = 0;  // seconds
   int64_t params = 0;                // bytes of parameters first read here
   int64_t workspace = 0;             // bytes
-  // Split-backward schedules: bytes of the output gradient a deferred weight
-  // gradient re-enters this node with (nodes whose backward feeds both
-  // activations and weights), held from BackwardInput to BackwardWeight.
-  int64_t weightGradBytes = 0;
 };
 
 struct SavedStorage {
@@ -119,9 +115,13 @@ struct Problem {
   // in flight, from the schedule itself (pipeline::peakInFlight).
   std::vector<int> inFlightPerStage;
   // With it: each stage's peak micro-batches between BackwardInput and
-  // BackwardWeight (pipeline::peakWeightPending); they add
-  // weightPending_k x sum of the stage's weightGradBytes to its memory.
+  // BackwardWeight (pipeline::peakWeightPending), and prefix sums (size n + 1)
+  // over nodes of the output-gradient bytes a deferred weight gradient
+  // re-enters a node with (nodes whose backward feeds both activations and
+  // weights), held from BackwardInput to BackwardWeight. A stage's memory
+  // gains weightGradBytes(k, first, end) = weightPending_k x the stage's sum.
   std::vector<int> weightPendingPerStage;
+  std::vector<int64_t> weightGradPrefix;
   int64_t weightGradBytes(int stage, int first, int end) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above

@@ -307,11 +307,11 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
     p.weightPendingPerStage.at(0) = 0;
     // Nodes whose backward feeds activations and weights (a strict, non-zero
     // weight share): the deferred W re-enters them with their output's gradient.
+    p.weightGradPrefix.assign(n + 1, 0);
     for (int j = 0; j < n; ++j) {
       const auto& node = profile.nodes[j];
-      if (node.weightBackwardSeconds > 0 && node.weightBackwardSeconds < node.backwardSeconds) {
-        p.nodes[j].weightGradBytes = node.outputBytes;
-      }
+      const bool mixed = node.weightBackwardSeconds > 0 && node.weightBackwardSeconds < node.backwardSeconds;
+      p.weightGradPrefix[j + 1] = p.weightGradPrefix[j] + (mixed ? node.outputBytes : 0);
     }
   }
   p.budgetBytes = st.budgetBytes;

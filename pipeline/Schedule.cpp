@@ -191,28 +191,30 @@ std::string toString(const Schedule& s) {
   return os.str();
 }
 
-std::vector<int> peakWeightPending(const Schedule& s) {
+namespace {
+
+// Per stage, the most micro-batches at once between an action of kind `open`
+// and the next of kind `close` or `closeToo`.
+std::vector<int> peakOpen(const Schedule& s, ActionKind open, ActionKind close, ActionKind closeToo) {
   std::vector<int> peak(s.stages, 0);
   for (int st = 0; st < s.stages; ++st) {
-    int pending = 0;
+    int live = 0;
     for (auto& a : s.actions[st]) {
-      if (a.kind == ActionKind::BackwardInput) peak[st] = std::max(peak[st], ++pending);
-      if (a.kind == ActionKind::BackwardWeight) --pending;
+      if (a.kind == open) peak[st] = std::max(peak[st], ++live);
+      if (a.kind == close || a.kind == closeToo) --live;
     }
   }
   return peak;
 }
 
+}  // namespace
+
+std::vector<int> peakWeightPending(const Schedule& s) {
+  return peakOpen(s, ActionKind::BackwardInput, ActionKind::BackwardWeight, ActionKind::BackwardWeight);
+}
+
 std::vector<int> peakInFlight(const Schedule& s) {
-  std::vector<int> peak(s.stages, 0);
-  for (int st = 0; st < s.stages; ++st) {
-    int live = 0;
-    for (auto& a : s.actions[st]) {
-      if (a.kind == ActionKind::Forward) peak[st] = std::max(peak[st], ++live);
-      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) --live;
-    }
-  }
-  return peak;
+  return peakOpen(s, ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardWeight);
 }
 
 }  // namespace sluice::pipeline
