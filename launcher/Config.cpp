@@ -266,8 +266,8 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "auto"}),
-          "pipeline.schedule must be gpipe, 1f1b, zb-h1 or auto, got '" + p.schedule + "'");
+  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved", "auto"}),
+          "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved or auto, got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
@@ -287,10 +287,37 @@ void validate(Config& c) {
                 ") x pipeline.microbatches (" + std::to_string(p.microbatches) + ") x pipeline.data_parallel (" +
                 std::to_string(p.dataParallel) + ") = " + std::to_string(product));
   }
+  // pipeline.chunks: stages per rank under interleaved (default 2). Under
+  // auto it is what interleaved would use, where interleaved can run (2 by
+  // default there, else 1: not a candidate).
+  const bool interleaved = p.schedule == "interleaved", autoSchedule = p.schedule == "auto";
+  require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
+  require(p.chunks <= 1 || interleaved || autoSchedule,
+          "pipeline.chunks = " + std::to_string(p.chunks) +
+              " (stages per rank) needs pipeline.schedule: interleaved (or auto), got '" + p.schedule + "'");
+  if (p.chunks == 0) {
+    const bool canInterleave = p.stages >= 2 && p.microbatches % p.stages == 0 && c.training.evalInterval == 0 &&
+                               c.memory.policy != "full_recompute";
+    p.chunks = interleaved || (autoSchedule && canInterleave) ? 2 : 1;
+  }
+  if (p.chunks > 1) {
+    const std::string who = interleaved ? "pipeline.schedule interleaved" : "pipeline.chunks > 1 (interleaved under auto)";
+    require(p.stages >= 2, who + " needs pipeline.stages >= 2 (it spreads each rank's work over pipeline.chunks "
+                                 "stages); got " + std::to_string(p.stages));
+    require(p.microbatches % p.stages == 0,
+            who + " takes micro-batches pipeline.stages at a time: pipeline.microbatches (" +
+                std::to_string(p.microbatches) + ") must be a multiple of pipeline.stages (" +
+                std::to_string(p.stages) + ")");
+    require(c.training.evalInterval == 0,
+            "training.eval_interval does not run with interleaved stages yet: set it to 0, or use pipeline.schedule "
+            "1f1b");
+  }
   if (!p.cuts.empty()) {
-    require(static_cast<int>(p.cuts.size()) == p.stages - 1,
+    const int pieces = p.stages * (interleaved ? p.chunks : 1);
+    require(static_cast<int>(p.cuts.size()) == pieces - 1,
             "pipeline.cuts lists " + std::to_string(p.cuts.size()) + " cuts but pipeline.stages (" +
-                std::to_string(p.stages) + ") needs stages - 1 = " + std::to_string(p.stages - 1));
+                std::to_string(p.stages) + ")" + (p.chunks > 1 ? " x pipeline.chunks (" + std::to_string(p.chunks) + ")" : "") +
+                " needs " + std::to_string(pieces - 1));
     for (size_t i = 0; i < p.cuts.size(); ++i) {
       require(p.cuts[i] >= 1 && (i == 0 || p.cuts[i] > p.cuts[i - 1]),
               "pipeline.cuts must be increasing node indices >= 1, got " + std::to_string(p.cuts[i]) + " at position " +
@@ -326,9 +353,9 @@ void validate(Config& c) {
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
-  require(mem.policy != "full_recompute" || p.schedule != "zb-h1",
-          "memory.policy full_recompute does not work with pipeline.schedule zb-h1 (it splits backward and keeps "
-          "every saved tensor): use 1f1b or gpipe, or memory.policy plan");
+  require(mem.policy != "full_recompute" || !in(p.schedule, {"zb-h1", "interleaved"}),
+          "memory.policy full_recompute does not work with pipeline.schedule " + p.schedule +
+              " (it keeps every saved tensor): use 1f1b or gpipe, or memory.policy plan");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
   require(in(t.nanPolicy, {"abort", "skip"}), "training.nan_policy must be abort or skip, got '" + t.nanPolicy + "'");
   auto& ck = c.checkpoint;
@@ -421,6 +448,7 @@ Config parse(const YAML::Node& root) {
   MapReader pipeline(root, "pipeline");
   pipeline.get("stages", c.pipeline.stages);
   pipeline.get("schedule", c.pipeline.schedule);
+  pipeline.get("chunks", c.pipeline.chunks);
   pipeline.get("microbatches", c.pipeline.microbatches);
   pipeline.get("data_parallel", c.pipeline.dataParallel);
   pipeline.get("cuts", c.pipeline.cuts);
@@ -554,7 +582,8 @@ std::string Config::toYaml() const {
     << training.nanPolicy << YAML::Key << "eval_interval" << YAML::Value << training.evalInterval << YAML::Key
     << "eval_samples" << YAML::Value << training.evalSamples << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value
-    << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "microbatches"
+    << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "chunks"
+    << YAML::Value << pipeline.chunks << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
     << pipeline.execution << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"

@@ -60,6 +60,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.stages = c.pipeline.stages;
   s.microBatches = c.pipeline.microbatches;
   s.schedule = c.pipeline.schedule;
+  s.chunks = c.pipeline.chunks;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
   s.dataParallel = c.pipeline.dataParallel;
   s.distAdam = c.optimizer.name == "dist_adam";
@@ -73,14 +74,19 @@ partition::PlanSettings planSettings(const Config& c) {
 
 partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
                             const std::vector<int>& cuts, std::string* why) {
+  const int chunks = settings.chunks;
   auto plan = [&](const std::string& schedule) {
     settings.schedule = schedule;
+    settings.chunks = schedule == "interleaved" ? chunks : 1;
     return cuts.empty() ? partition::makePlan(graph, profile, settings)
                         : partition::planForCuts(graph, profile, settings, cuts);
   };
   if (settings.schedule != "auto") return plan(settings.schedule);
   std::vector<std::string> candidates{"1f1b", "zb-h1", "gpipe"};
   if (settings.policy == "full_recompute") candidates.erase(candidates.begin() + 1);  // zb-h1 keeps every saved tensor
+  // Interleaved where the config allows it (pipeline.chunks > 1, Config.h) and the cuts, if given, are for it.
+  const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
+  if (chunks > 1 && cutsForInterleaved) candidates.push_back("interleaved");
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;
   report.precision(1);
@@ -88,7 +94,8 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   for (auto& name : candidates) {
     try {
       auto p = plan(name);
-      report << (report.tellp() > 0 ? ", " : "") << name << " " << p.stepTime * 1e3 << " ms";
+      report << (report.tellp() > 0 ? ", " : "") << name << (name == "interleaved" ? " x" + std::to_string(chunks) : "")
+             << " " << p.stepTime * 1e3 << " ms";
       if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
     } catch (const PlanError& e) {
       report << (report.tellp() > 0 ? ", " : "") << name << " does not fit";
@@ -108,11 +115,18 @@ std::string scheduleOf(const Config& c, const partition::Plan* plan) {
   return plan ? plan->schedule : "1f1b";
 }
 
+int chunksOf(const Config& c, const partition::Plan* plan) {
+  if (c.pipeline.schedule != "auto") return c.pipeline.chunks;
+  return plan ? plan->chunks : 1;
+}
+
 partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGraph& graph, const Communicator& world,
                            const std::string& scratchDir) {
   if (!c.pipeline.plan.empty()) {
     auto plan = partition::Plan::load(c.pipeline.plan);
-    plan.checkMatches(graph, c.pipeline.stages, c.pipeline.plan);
+    // A plan file decides the schedule under auto (its own); else it must be for the configured one.
+    const int chunks = c.pipeline.schedule == "auto" ? plan.chunks : c.pipeline.chunks;
+    plan.checkMatches(graph, c.pipeline.stages * chunks, c.pipeline.plan);
     return plan;
   }
   // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.

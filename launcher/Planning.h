@@ -28,13 +28,16 @@ partition::Profile profileModel(const Config& config, const ModelSetup& setup, c
 partition::PlanSettings planSettings(const Config& config);
 // The plan for these settings (for `cuts` when not empty). With
 // pipeline.schedule auto (settings.schedule "auto"), plans for 1f1b, zb-h1
-// and gpipe and keeps the one with the smallest predicted step time among
+// and gpipe (and interleaved with settings.chunks stages per rank, when
+// chunks > 1) and keeps the one with the smallest predicted step time among
 // those that fit the budget (ties: the earlier, so 1f1b before gpipe, which
 // holds more); `why` (if given) says what each was predicted and why this one.
 partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
                             const std::vector<int>& cuts, std::string* why = nullptr);
 // The schedule a job runs: pipeline.schedule, or with auto the plan's choice (1f1b without a plan).
 std::string scheduleOf(const Config& config, const partition::Plan* plan);
+// Its stages per rank: pipeline.chunks, or with auto the plan's (1 without a plan).
+int chunksOf(const Config& config, const partition::Plan* plan);
 partition::Plan planForJob(const Config& config, const ModelSetup& setup, const OpGraph& graph,
                            const Communicator& world, const std::string& scratchDir);
 // memory.swap_window_mb in bytes (0: budget / 8, or 64 MiB without a budget).

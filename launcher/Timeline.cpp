@@ -122,7 +122,9 @@ std::string summarize(const Communicator& world, const TraceRecorder& trace, dou
     busyAll += b;
     std::string predicted = "-", predictedBubble = "-";
     if (plan && s < static_cast<int>(plan->stages.size()) && plan->stepTime > 0) {
-      const double pb = plan->microBatches * plan->stages[s].time * 1e3;
+      // A pipeline rank's busy time: its stages' (several under interleaved: s, s + stages, ...).
+      double pb = 0;
+      for (size_t k = s; k < plan->stages.size(); k += stages) pb += plan->microBatches * plan->stages[k].time * 1e3;
       char text[32];
       std::snprintf(text, sizeof(text), "%.2f", pb);
       predicted = text;

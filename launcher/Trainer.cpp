@@ -39,6 +39,11 @@ namespace {
 
 int64_t allocatedNow() { return memory::allocatorStats().currentBytes; }
 
+// The memory plan a rank carries out (only ranks with one stage have one).
+const memory::StageMemory* memoryOf(const pipeline::RankWorker& worker) {
+  return worker.size() == 1 ? worker.stage(0).memory() : nullptr;
+}
+
 // The step this rank is in, for the fault-injection hook.
 thread_local int64_t currentStep = 0;
 
@@ -115,7 +120,7 @@ void Trainer::plan() {
   // A plan decides the split (without cuts) and what is kept; a memory plan
   // is needed for a budget under policy plan, and for full_recompute.
   const bool memoryDecisions = m.policy == "full_recompute" || (m.policy == "plan" && m.budgetMb > 0);
-  const bool split = c_.pipeline.stages > 1 && cuts_.empty();
+  const bool split = c_.pipeline.stages > 1 && cuts_.empty();  // (cuts are for every stage of every rank)
   // Resuming: the checkpoint is checked now (the same model), before any work.
   if (const auto dir = resumeDirectory(c_); !dir.empty()) {
     CheckpointLayout current;
@@ -129,22 +134,32 @@ void Trainer::plan() {
     plan_ = planOfCheckpoint();
     if (!plan_) plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
     cuts_ = plan_->cuts();
-    memoryPlan_ = memoryPlanFor(*plan_, stageIndex_, c_);
     // A swap directory that cannot be used fails here on every rank (the plan
     // is the same everywhere), before any output is written.
     bool swaps = false;
     for (auto& d : plan_->decisions) swaps = swaps || d.action == partition::Action::Swap;
     if (swaps) memory::checkSwapDir(swapDir(c_));
   }
+  chunks_ = chunksOf(c_, plan_ ? &*plan_ : nullptr);
   auto stages = splitGraph(*graph_, cuts_);
-  stage_ = stages.at(stageIndex_);
-  for (auto& name : stage_->paramInputs) {
+  SLUICE_CHECK(static_cast<int>(stages.size()) == c_.pipeline.stages * chunks_, ConfigError,
+               "config error: the split has " << stages.size() << " stages but the job runs pipeline.stages ("
+                                              << c_.pipeline.stages << ") x " << chunks_ << " per rank");
+  std::set<std::string> named;
+  for (size_t s = stageIndex_; s < stages.size(); s += c_.pipeline.stages) {
+    stages_.push_back(stages[s]);
+    memoryPlans_.push_back(plan_ ? memoryPlanFor(*plan_, static_cast<int>(s), c_) : memory::MemoryPlan{});
+    for (auto& name : stages[s].paramInputs) {
+      if (named.insert(name).second) paramNames_.push_back(name);
+    }
+  }
+  for (auto& name : paramNames_) {
     if (setup_.tensorsByName({name})[0].requires_grad()) trainableNames_.push_back(name);
   }
   // This rank's part of the checkpoint is read (and its checksums checked) now, before any output is written.
   if (resume_) {
     resumeSameLayout_ = resume_->layout == layout();
-    restored_ = loadCheckpoint(*resume_, stage_->paramInputs, trainableNames_, rank_, resumeSameLayout_);
+    restored_ = loadCheckpoint(*resume_, paramNames_, trainableNames_, rank_, resumeSameLayout_);
   }
 }
 
@@ -155,7 +170,8 @@ std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
   auto saved = partition::Plan::fromBytes(bytes, resume_->path + "/plan.pb");
   const auto want = planSettings(c_);
   // Same graph, stage count and everything the plan was chosen for; else plan anew.
-  const bool same = saved.graphHash == graph_->hash() && static_cast<int>(saved.stages.size()) == want.stages &&
+  const bool same = saved.graphHash == graph_->hash() &&
+                    static_cast<int>(saved.stages.size()) == want.stages * want.chunks && saved.chunks == want.chunks &&
                     saved.schedule == want.schedule && saved.microBatches == want.microBatches &&
                     saved.dataParallel == want.dataParallel && saved.budgetBytes == want.budgetBytes &&
                     saved.policy == want.policy;
@@ -195,32 +211,48 @@ void Trainer::buildStage() {
     }
   }
   const auto mode = c_.pipeline.execution == "eager" ? ExecMode::Eager : ExecMode::Compiled;
-  const auto& stage = *stage_;
-  worker_ = std::make_unique<pipeline::StageWorker>(
-      stage, setup_.tensorsByName(stage.paramInputs), pipelineComm_,
-      pipeline::makeSchedule(scheduleOf(c_, plan_ ? &*plan_ : nullptr), stages, c_.pipeline.microbatches), setup_.loss,
-      mode);
-  if (memoryPlan_.freesAnything()) {
-    worker_->setMemoryPlan(memoryPlan_, swapDir(c_));
-    const auto* mem = worker_->memory();
-    int swaps = 0, recomputes = 0;
-    for (auto& d : memoryPlan_.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
-    log::info("stage " + std::to_string(stageIndex_) + " memory plan: " + std::to_string(swaps) + " storages swapped" +
-              (swaps ? " to " + mem->swapDescription() : "") + ", " + std::to_string(recomputes) + " recomputed");
+  const auto schedule = pipeline::makeSchedule(scheduleOf(c_, plan_ ? &*plan_ : nullptr), stages,
+                                               c_.pipeline.microbatches, chunks_);
+  boundaryComms_ = pipeline::boundaryCommunicators(pipelineComm_, schedule);
+  std::vector<std::unique_ptr<pipeline::StageWorker>> workers;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const auto& stage = stages_[i];
+    workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
+                                                              pipelineComm_, schedule, setup_.loss, mode,
+                                                              boundaryComms_));
+    const auto& memoryPlan = memoryPlans_[i];
+    if (memoryPlan.freesAnything()) {
+      SLUICE_CHECK(stages_.size() == 1, PlanError,
+                   "stage " << stage.index << ": interleaved stages run with every saved tensor kept, but the plan "
+                            << "swaps or recomputes some: raise memory.budget_mb or use pipeline.schedule 1f1b");
+      auto& worker = *workers.back();
+      worker.setMemoryPlan(memoryPlan, swapDir(c_));
+      const auto* mem = worker.memory();
+      int swaps = 0, recomputes = 0;
+      for (auto& d : memoryPlan.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
+      log::info("stage " + std::to_string(stage.index) + " memory plan: " + std::to_string(swaps) +
+                " storages swapped" + (swaps ? " to " + mem->swapDescription() : "") + ", " +
+                std::to_string(recomputes) + " recomputed");
+    }
   }
+  worker_ = std::make_unique<pipeline::RankWorker>(std::move(workers));
   if (c_.training.evalInterval > 0) {
     evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_);
   }
   auto params = worker_->trainableParameters();
-  if (c_.logging.measureMemory && !worker_->memory()) {
+  if (c_.logging.measureMemory && !memoryOf(*worker_)) {
     savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
-    for (auto& t : setup_.tensorsByName(stage.paramInputs)) savedBytes_->exclude(t);
+    for (auto& t : setup_.tensorsByName(paramNames_)) savedBytes_->exclude(t);
     worker_->measureSavedBytes(savedBytes_.get());
   }
-  log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
-            std::to_string(stage.endNode) + "), " + std::to_string(params.size()) + " parameter tensors (" +
-            formatBytes(tensorBytes(params)) + "), " + std::to_string(stage.boundaryInputs.size()) +
-            " boundary inputs, " + std::to_string(stage.outputs.size()) + " outputs");
+  for (auto& stage : stages_) {
+    log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
+              std::to_string(stage.endNode) + "), " + std::to_string(stage.paramInputs.size()) +
+              " parameter and buffer tensors (" + formatBytes(tensorBytes(setup_.tensorsByName(stage.paramInputs))) +
+              "), " + std::to_string(stage.boundaryInputs.size()) + " boundary inputs, " +
+              std::to_string(stage.outputs.size()) + " outputs" +
+              (stages_.size() > 1 ? " (on pipeline rank " + std::to_string(stageIndex_) + ")" : ""));
+  }
 
   auto adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
                    .betas({c_.optimizer.beta1, c_.optimizer.beta2})
@@ -264,11 +296,11 @@ void Trainer::restore() {
     const auto& state = *restored_;
     {
       torch::NoGradGuard noGrad;
-      auto tensors = setup_.tensorsByName(stage_->paramInputs);
+      auto tensors = setup_.tensorsByName(paramNames_);
       for (size_t i = 0; i < tensors.size(); ++i) {
-        const auto& saved = state.tensors.at(stage_->paramInputs[i]);
+        const auto& saved = state.tensors.at(paramNames_[i]);
         SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
-                     "checkpoint " << dir << ": " << stage_->paramInputs[i] << " has shape " << saved.sizes()
+                     "checkpoint " << dir << ": " << paramNames_[i] << " has shape " << saved.sizes()
                                    << ", the model " << tensors[i].sizes() << ": it was made for another model");
         tensors[i].copy_(saved);
       }
@@ -311,8 +343,8 @@ void Trainer::restore() {
 
 std::map<std::string, torch::Tensor> Trainer::stageTensors() const {
   std::map<std::string, torch::Tensor> named;
-  auto tensors = setup_.tensorsByName(stage_->paramInputs);
-  for (size_t i = 0; i < tensors.size(); ++i) named[stage_->paramInputs[i]] = tensors[i];
+  auto tensors = setup_.tensorsByName(paramNames_);
+  for (size_t i = 0; i < tensors.size(); ++i) named[paramNames_[i]] = tensors[i];
   return named;
 }
 
@@ -430,7 +462,7 @@ void Trainer::checkNonFinite() {
 // weights everywhere); the tensors of other stages are dropped here, so a
 // rank holds only its stage.
 void Trainer::freeOtherStagesTensors() {
-  const std::set<std::string> mine(stage_->paramInputs.begin(), stage_->paramInputs.end());
+  const std::set<std::string> mine(paramNames_.begin(), paramNames_.end());
   torch::NoGradGuard noGrad;
   for (auto& item : setup_.module->named_parameters(/*recurse=*/true)) {
     if (!mine.count(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
@@ -498,7 +530,7 @@ void Trainer::syncBuffers() {
     }
     for (const auto& in : graph_->inputs()) {
       if (in.kind != InputKind::Buffer || !names.count(in.name)) continue;
-      if (std::find(stage_->paramInputs.begin(), stage_->paramInputs.end(), in.name) == stage_->paramInputs.end()) continue;
+      if (std::find(paramNames_.begin(), paramNames_.end(), in.name) == paramNames_.end()) continue;
       syncedBuffers_->push_back(setup_.tensorsByName({in.name})[0]);
     }
   }
@@ -518,7 +550,7 @@ void Trainer::train() {
     for (int64_t s = warmSteps_; s < std::min<int64_t>(warmSteps_ + 2, c_.training.steps); ++s) tracedSteps_.push_back(s);
   }
   // What lives outside the model now (data, buffers of the runtime): reported apart.
-  otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(stage_->paramInputs));
+  otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(paramNames_));
   if (c_.memory.hardLimit) {
     const auto budget = static_cast<int64_t>(c_.memory.budgetMb * 1024.0 * 1024.0);
     memory::setAllocationLimit(budget + otherBytes_, "stage " + std::to_string(stageIndex_));
@@ -603,8 +635,8 @@ void Trainer::train() {
 
 std::string Trainer::metricsReport() const {
   const auto& c = counters_;
-  const auto& sm = worker_->module().metrics();
-  const auto& ct = worker_->computeTimes();
+  const auto sm = worker_->metrics();
+  const auto ct = worker_->computeTimes();
   const auto traffic = Communicator::traffic();
   const double n = std::max<int64_t>(1, c.steps);
   const double compute = (ct.forwardSeconds + ct.backwardSeconds - c.computeAtStart) / n * 1e3;
@@ -647,14 +679,17 @@ void Trainer::report() {
       log::info(timeline.summary);
     }
   }
-  const auto& stage = *stage_;
-  const auto& sm = worker_->module().metrics();
+  // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
+  struct {
+    int index;
+  } stage{stageIndex_};
+  const auto sm = worker_->metrics();
   char buf[400];
   std::snprintf(buf, sizeof(buf), "stage %d %s: %lld compiles, %lld cache hits, compile %.3f s, execute %.3f s",
                 stage.index, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
   log::info(buf);
-  const auto& ct = worker_->computeTimes();
+  const auto ct = worker_->computeTimes();
   const double mbsTimed = std::max<int64_t>(1, ct.forwards - warm_.forwards);
   std::snprintf(buf, sizeof(buf),
                 "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after "
@@ -665,14 +700,26 @@ void Trainer::report() {
   log::info(buf);
   int64_t predicted = 0;
   if (plan_) {
-    const auto& ps = plan_->stages.at(stage.index);
-    predicted = ps.peakBytes;
+    partition::PlanStage ps;  // this rank's stages together
+    int64_t savedPeak = 0;
+    for (auto& mine : stages_) {
+      const auto& one = plan_->stages.at(mine.index);
+      ps.forward += one.forward;
+      ps.backward += one.backward;
+      ps.loss += one.loss;
+      ps.recompute += one.recompute;
+      ps.swap += one.swap;
+      ps.inFlight = std::max(ps.inFlight, one.inFlight);
+      ps.keptBytes += one.keptBytes;
+      predicted += one.peakBytes;
+      savedPeak += one.inFlight * one.keptBytes;
+    }
     std::snprintf(buf, sizeof(buf),
                   "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f, "
                   "recompute %.3f, swap stall %.3f), saved activations peak %lld bytes (%d in flight x %lld kept)",
                   stage.index, 1e3 * (ps.forward + ps.backward + ps.loss + ps.recompute + ps.swap), 1e3 * ps.forward,
                   1e3 * ps.backward, 1e3 * ps.loss, 1e3 * ps.recompute, 1e3 * ps.swap,
-                  static_cast<long long>(ps.inFlight * ps.keptBytes), ps.inFlight, static_cast<long long>(ps.keptBytes));
+                  static_cast<long long>(savedPeak), ps.inFlight, static_cast<long long>(ps.keptBytes));
     log::info(buf);
   }
   if (savedBytes_) {
@@ -687,7 +734,7 @@ void Trainer::report() {
                 stage.index, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
                 static_cast<long long>(otherBytes_), static_cast<long long>(resident));
   log::info(buf);
-  if (const auto* mem = worker_->memory()) {
+  if (const auto* mem = memoryOf(*worker_)) {
     const auto s = mem->stats();
     std::snprintf(buf, sizeof(buf),
                   "stage %d memory plan: swapped %s (%lld writes, %lld reads, %lld not prefetched in time), swap stall "
@@ -740,7 +787,10 @@ std::string Trainer::settingsTable() const {
   row("world", std::to_string(c_.worldSize()) + " = stages " + std::to_string(c_.pipeline.stages) +
                    " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
   const std::string schedule =
-      scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "");
+      scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "") +
+      (chunks_ > 1 ? ", " + std::to_string(chunks_) + " stages per rank (stage s on rank s % " +
+                         std::to_string(c_.pipeline.stages) + ")"
+                   : "");
   row("schedule", schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
                       std::to_string(c_.training.microBatchSize));
   row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");

@@ -3,7 +3,8 @@
 //   Trainer t(config);
 //   t.setUp();      // MPI world matches the config, threads, model, captured graph
 //   t.plan();       // the split: pipeline.cuts, pipeline.plan, or a plan made now;
-//                   // and this stage's memory plan (keep / swap / recompute)
+//                   // and this stage's memory plan (keep / swap / recompute);
+//                   // under interleaved the rank's stages (chunks) r, r + p, ...
 //   t.buildStage(); // communicators, run outputs, the stage worker, the optimizer
 //   t.restore();    // from a checkpoint (checkpoint.resume), into this layout
 //   t.train();      // the step loop: metrics.jsonl with losses and per-stage memory
@@ -45,7 +46,7 @@
 #include "memory/SavedTensorHooks.h"
 #include "optim/LrSchedule.h"
 #include "partition/Plan.h"
-#include "pipeline/StageWorker.h"
+#include "pipeline/RankWorker.h"
 
 namespace sluice {
 
@@ -110,10 +111,16 @@ class Trainer {
   std::optional<Manifest> resume_;     // the checkpoint to resume from (checkpoint.resume)
   std::optional<RankState> restored_;  // this rank's part of it, read in plan(), applied in restore()
   bool resumeSameLayout_ = false;
-  memory::MemoryPlan memoryPlan_;
-  std::optional<StageGraph> stage_;
+  // This rank's stages (one, or pipeline.chunks under interleaved: stages
+  // rank, rank + stages, ...), their memory plans, and the names of the
+  // parameters and buffers they read (each once, in stage order).
+  int chunks_ = 1;
+  std::vector<StageGraph> stages_;
+  std::vector<memory::MemoryPlan> memoryPlans_;
+  std::vector<std::string> paramNames_;
+  std::vector<Communicator> boundaryComms_;  // interleaved: one per boundary (StageWorker.h)
   std::string outDir_;
-  std::unique_ptr<pipeline::StageWorker> worker_;
+  std::unique_ptr<pipeline::RankWorker> worker_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Evaluator> evaluator_;                      // training.eval_interval > 0

@@ -57,6 +57,7 @@ std::string Plan::toBytes() const {
   p.set_method(method);
   p.set_schedule(schedule);
   p.set_microbatches(microBatches);
+  p.set_chunks(chunks);
   p.set_micro_batch_size(microBatchSize);
   p.set_data_parallel(dataParallel);
   p.set_budget_bytes(budgetBytes);
@@ -122,6 +123,7 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.method = p.method();
   out.schedule = p.schedule();
   out.microBatches = p.microbatches();
+  out.chunks = std::max(1, p.chunks());
   out.microBatchSize = p.micro_batch_size();
   out.dataParallel = p.data_parallel();
   out.budgetBytes = p.budget_bytes();
@@ -195,7 +197,8 @@ void Plan::checkMatches(const OpGraph& graph, int stageCount, const std::string&
                        << "; this config captures " << graph.hash()
                        << "): make a plan for this config with `sluice profile` and `sluice partition`");
   SLUICE_CHECK(static_cast<int>(stages.size()) == stageCount, PlanError,
-               "plan " << origin << " has " << stages.size() << " stages but pipeline.stages is " << stageCount);
+               "plan " << origin << " has " << stages.size() << " stages but the config runs " << stageCount
+                       << " (pipeline.stages x pipeline.chunks)");
   SLUICE_CHECK(stages.back().endNode == graph.numNodes(), PlanError,
                "plan " << origin << " ends at node " << stages.back().endNode << " but the graph has "
                        << graph.numNodes());
@@ -215,15 +218,21 @@ std::string Plan::table() const {
   auto mib = [](int64_t b) { return formatBytes(b); };
   std::snprintf(buf, sizeof(buf),
                 "plan for graph %s: method %s, memory policy %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
-                graphHash.c_str(), method.c_str(), policy.c_str(), schedule.c_str(), microBatches, microBatchSize,
-                dataParallel, budgetBytes > 0 ? (mib(budgetBytes) + " per stage").c_str() : "none");
+                graphHash.c_str(), method.c_str(), policy.c_str(),
+                (schedule + (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, stage s on rank s % " +
+                                              std::to_string(stages.size() / chunks) + ")"
+                                        : "")).c_str(),
+                microBatches, microBatchSize, dataParallel,
+                budgetBytes > 0 ? (mib(budgetBytes) + (chunks > 1 ? " per rank, an equal share per stage" : " per stage")).c_str()
+                                : "none");
   os << buf;
   std::snprintf(buf, sizeof(buf), "%5s %14s %10s %8s %8s %8s %8s %8s  %-23s %10s %10s\n", "stage", "nodes", "params",
                 "fwd ms", "bwd ms", "comm ms", "extra ms", "time ms", "peak memory / budget", "swapped", "recomputed");
   os << buf;
   for (auto& s : stages) {
     const std::string range = "[" + std::to_string(s.firstNode) + ", " + std::to_string(s.endNode) + ")";
-    const std::string memory = mib(s.peakBytes) + " / " + (budgetBytes > 0 ? mib(budgetBytes) : std::string("-"));
+    const std::string memory =
+        mib(s.peakBytes) + " / " + (budgetBytes > 0 ? mib(budgetBytes / std::max(1, chunks)) : std::string("-"));
     std::snprintf(buf, sizeof(buf), "%5d %14s %10s %8.2f %8.2f %8.2f %8.2f %8.2f  %-23s %10s %10s\n", s.index,
                   range.c_str(), mib(s.paramBytes).c_str(), 1e3 * s.forward, 1e3 * s.backward, 1e3 * s.comm,
                   1e3 * (s.swap + s.recompute + s.loss), 1e3 * s.time, memory.c_str(), mib(s.swappedBytes).c_str(),
@@ -291,16 +300,19 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.swapWindowBytes = st.swapWindowBytes;
   p.swapWindowShare = st.swapWindowShare;
   if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
-  p.stages = st.stages;
+  SLUICE_CHECK(st.chunks >= 1, PlanError, "partition: chunks per rank must be >= 1, got " << st.chunks);
+  p.stages = st.stages * st.chunks;
   p.microBatches = st.microBatches;
   const auto& names = pipeline::scheduleNames();
   SLUICE_CHECK(std::find(names.begin(), names.end(), st.schedule) != names.end(), PlanError,
-               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b | zb-h1)");
+               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b | zb-h1 | interleaved)");
   p.gpipe = st.schedule == "gpipe";
-  const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches);
+  const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks);
   const bool split = pipeline::splitsBackward(schedule);
+  // Schedules other than GPipe and 1F1B: in flight per stage from the schedule itself.
+  const bool ownFlights = split || schedule.chunks() > 1;
+  if (ownFlights) p.inFlightPerStage = pipeline::peakInFlight(schedule);
   if (split) {
-    p.inFlightPerStage = pipeline::peakInFlight(schedule);
     p.weightPendingPerStage = pipeline::peakWeightPending(schedule);
     // Stage 0's inputs (the data) need no gradient: its BackwardInput captures
     // nothing and its W starts from the stage's own output gradients.
@@ -314,15 +326,17 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
       p.weightGradPrefix[j + 1] = p.weightGradPrefix[j] + (mixed ? node.outputBytes : 0);
     }
   }
-  p.budgetBytes = st.budgetBytes;
+  // A rank holds its chunks' stages at once: each gets an equal share of the budget.
+  p.budgetBytes = st.budgetBytes / st.chunks;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
-  if (st.policy != "plan" || split) {
+  if (st.policy != "plan" || ownFlights) {
     // Nothing is left for the partitioner to free: `none` keeps everything and
     // full_recompute's choices are fixed (fullRecomputeChoices); schedules
-    // that split backward run with every saved tensor kept (StageWorker.h).
+    // that split backward or interleave run with every saved tensor kept
+    // (StageWorker.h, launcher/Trainer.h).
     p.swapSecondsPerByte = 0;
-    if (st.policy == "none" || split) {
+    if (st.policy == "none" || ownFlights) {
       for (auto& s : p.storages) s.lastParamWriter = n;
     }
   }
@@ -498,14 +512,14 @@ std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, c
   return freed;
 }
 
-// The predicted step of a schedule that splits backward (zb-h1): simulated
-// (pipeline::simulateStep) with each stage's predicted time split in the
-// profile's forward : backward ratio, and its backward into the weight
-// gradients (the profiled weightBackwardSeconds of its nodes) and the rest
-// (input gradients, with the loss); on stage 0, whose inputs need no
-// gradient, all of it is weight work. The partitioner's cuts come from the
-// 1F1B objective, which balances the same stage times.
-double splitScheduleStepTime(const PlanSettings& st, const Profile& profile, const Partition& part) {
+// The predicted step of a schedule other than GPipe and 1F1B (zb-h1,
+// interleaved): simulated (pipeline::simulateStep) with each stage's
+// predicted time split in the profile's forward : backward ratio, and its
+// backward into the weight gradients (the profiled weightBackwardSeconds of
+// its nodes) and the rest (input gradients, with the loss); on stage 0, whose
+// inputs need no gradient, all of it is weight work. The partitioner's cuts
+// come from the 1F1B objective, which balances the same stage times.
+double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part) {
   std::vector<pipeline::StageTimes> times;
   for (auto& s : part.stages) {
     const double fb = s.forward + s.backward;
@@ -518,7 +532,7 @@ double splitScheduleStepTime(const PlanSettings& st, const Profile& profile, con
     const double w = s.stage == 0 ? b : nodesBackward > 0 ? s.backward * weight / nodesBackward : b / 2;
     times.push_back({f, b, b - w, w});
   }
-  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches), times);
+  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks), times);
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -530,6 +544,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.policy = st.policy;
   plan.schedule = st.schedule;
   plan.microBatches = st.microBatches;
+  plan.chunks = st.chunks;
   plan.microBatchSize = profile.microBatchSize;
   plan.dataParallel = st.dataParallel;
   plan.budgetBytes = st.budgetBytes;
@@ -537,7 +552,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
-  if (!problem.inFlightPerStage.empty()) plan.stepTime = splitScheduleStepTime(st, profile, part);
+  if (!problem.inFlightPerStage.empty()) plan.stepTime = simulatedStepTime(st, profile, part);
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;
@@ -585,7 +600,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     busy += st.microBatches * s.time;
     plan.stages.push_back(std::move(ps));
   }
-  // Idle share of the step, averaged over stages.
+  // Idle share of the step, averaged over ranks.
   plan.bubbleFraction = plan.stepTime > 0 ? 1.0 - busy / (st.stages * plan.stepTime) : 0.0;
   return plan;
 }
@@ -635,9 +650,10 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
 }  // namespace
 
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
-  if (st.method == "uniform") return planForCuts(graph, profile, st, uniformCuts(graph, st.stages));
-  if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, st.stages));
-  if (st.method == "layers") return planForCuts(graph, profile, st, layerCuts(graph, profile, st.stages));
+  const int pieces = st.stages * st.chunks;
+  if (st.method == "uniform") return planForCuts(graph, profile, st, uniformCuts(graph, pieces));
+  if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, pieces));
+  if (st.method == "layers") return planForCuts(graph, profile, st, layerCuts(graph, profile, pieces));
   SLUICE_CHECK(st.method == "profile", PlanError,
                "partition: unknown method '" << st.method << "' (profile | uniform | parameters | layers)");
   auto problem = makeProblem(graph, profile, st);

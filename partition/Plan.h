@@ -37,7 +37,9 @@ struct PlanSettings {
   std::string method = "profile";  // profile | uniform | parameters | layers
   int stages = 1;
   int microBatches = 1;
-  std::string schedule = "1f1b";   // gpipe | 1f1b
+  std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved
+  int chunks = 1;                  // stages per rank (interleaved): the graph is cut into stages x chunks pieces,
+                                   // each held to budgetBytes / chunks so that a rank's pieces fit budgetBytes
   int64_t budgetBytes = 0;         // per stage; 0: none
   int dataParallel = 1;
   bool distAdam = false;           // optimizer state sharded over dataParallel
@@ -70,6 +72,7 @@ struct Plan {
   std::string graphHash, method, schedule, profileBlas, policy = "plan";
   int64_t swapWindowBytes = 0;
   int microBatches = 1, microBatchSize = 0, dataParallel = 1, profileThreads = 0;
+  int chunks = 1;  // stages per rank (interleaved): stages.size() = ranks x chunks, stage s on rank s % ranks
   int64_t budgetBytes = 0;
   std::vector<PlanStage> stages;
   std::vector<TensorDecision> decisions;  // swap and recompute only
@@ -81,6 +84,7 @@ struct Plan {
   std::string toBytes() const;
   static Plan fromBytes(const std::string& bytes, const std::string& origin);
   static Plan load(const std::string& path);
+  // stages: the pieces the job cuts the graph into (pipeline.stages x pipeline.chunks).
   void checkMatches(const OpGraph& graph, int stages, const std::string& origin) const;
   // One row per stage: nodes, params, predicted time, memory vs budget, swapped/recomputed bytes.
   std::string table() const;

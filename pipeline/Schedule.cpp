@@ -13,21 +13,21 @@ namespace sluice::pipeline {
 namespace {
 
 void appendForward(std::vector<Action>& out, int stage, int stages, int mb) {
-  if (stage > 0) out.push_back({ActionKind::RecvActivation, mb});
-  out.push_back({ActionKind::Forward, mb});
-  if (stage < stages - 1) out.push_back({ActionKind::SendActivation, mb});
+  if (stage > 0) out.push_back({ActionKind::RecvActivation, mb, stage});
+  out.push_back({ActionKind::Forward, mb, stage});
+  if (stage < stages - 1) out.push_back({ActionKind::SendActivation, mb, stage});
 }
 
 void appendBackward(std::vector<Action>& out, int stage, int stages, int mb) {
-  if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb});
-  out.push_back({ActionKind::Backward, mb});
-  if (stage > 0) out.push_back({ActionKind::SendGrad, mb});
+  if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb, stage});
+  out.push_back({ActionKind::Backward, mb, stage});
+  if (stage > 0) out.push_back({ActionKind::SendGrad, mb, stage});
 }
 
 void appendBackwardInput(std::vector<Action>& out, int stage, int stages, int mb) {
-  if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb});
-  out.push_back({ActionKind::BackwardInput, mb});
-  if (stage > 0) out.push_back({ActionKind::SendGrad, mb});
+  if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb, stage});
+  out.push_back({ActionKind::BackwardInput, mb, stage});
+  if (stage > 0) out.push_back({ActionKind::SendGrad, mb, stage});
 }
 
 void checkDims(int stages, int microBatches) {
@@ -93,7 +93,7 @@ Schedule makeZeroBubbleH1(int stages, int microBatches) {
         fDone[st][f] = t + 1;
         ++nextF[st];
       } else if (!pendingW[st].empty()) {
-        out.push_back({ActionKind::BackwardWeight, pendingW[st].front()});
+        out.push_back({ActionKind::BackwardWeight, pendingW[st].front(), st});
         pendingW[st].pop_front();
         ++wDone[st];
       } else {
@@ -105,16 +105,61 @@ Schedule makeZeroBubbleH1(int stages, int microBatches) {
   return s;
 }
 
+Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
+  checkDims(ranks, microBatches);
+  const int p = ranks, v = chunks, m = microBatches;
+  SLUICE_CHECK(v >= 1, ScheduleError, "interleaved: chunks per rank must be at least 1 (got " << v << ")");
+  SLUICE_CHECK(m % p == 0, ScheduleError,
+               "interleaved 1F1B takes micro-batches p at a time: pipeline.microbatches (" << m
+                   << ") must be a multiple of pipeline.stages (" << p << ")");
+  const int stages = p * v, total = m * v;
+  Schedule s{"interleaved", stages, m, std::vector<std::vector<Action>>(p), p};
+  // The k-th forward (backward) piece of a rank: micro-batches in groups of
+  // p, each group through every chunk (backwards: from the last chunk down).
+  auto microBatchOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto forwardChunk = [&](int k) { return (k / p) % v; };
+  auto backwardChunk = [&](int k) { return v - 1 - (k / p) % v; };
+  for (int r = 0; r < p; ++r) {
+    auto& out = s.actions[r];
+    // With m == p there is no steady phase to overlap: all forwards first.
+    const int warmup = m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total);
+    auto forward = [&](int k) { appendForward(out, forwardChunk(k) * p + r, stages, microBatchOf(k)); };
+    auto backward = [&](int k) { appendBackward(out, backwardChunk(k) * p + r, stages, microBatchOf(k)); };
+    int nextF = 0, nextB = 0;
+    for (; nextF < warmup; ++nextF) forward(nextF);
+    while (nextF < total) {
+      forward(nextF++);
+      backward(nextB++);
+    }
+    while (nextB < total) backward(nextB++);
+  }
+  return s;
+}
+
+std::vector<Action> Schedule::stageActions(int stage) const {
+  std::vector<Action> out;
+  const int r = rankOf(stage);
+  if (r < static_cast<int>(actions.size())) {
+    for (auto& a : actions[r]) {
+      if (a.stage == stage) out.push_back(a);
+    }
+  }
+  return out;
+}
+
 const std::vector<std::string>& scheduleNames() {
-  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1"};
+  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1", "interleaved"};
   return names;
 }
 
-Schedule makeSchedule(const std::string& name, int stages, int microBatches) {
+Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks) {
+  if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);
+  SLUICE_CHECK(chunks == 1, ScheduleError,
+               "schedule '" << name << "' runs one stage per rank; only interleaved takes " << chunks << " chunks");
   if (name == "gpipe") return makeGPipe(stages, microBatches);
   if (name == "1f1b") return make1F1B(stages, microBatches);
   if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches);
-  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b or zb-h1)");
+  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b, zb-h1 or interleaved)");
 }
 
 bool splitsBackward(const Schedule& schedule) {
@@ -129,37 +174,38 @@ bool splitsBackward(const Schedule& schedule) {
 double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, double comm) {
   SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
                "simulateStep: " << times.size() << " stage times for " << s.stages << " stages");
-  std::vector<size_t> pc(s.stages, 0);
-  std::vector<double> clock(s.stages, 0);
+  const int ranks = static_cast<int>(s.actions.size());
+  std::vector<size_t> pc(ranks, 0);
+  std::vector<double> clock(ranks, 0);
   std::map<std::tuple<int, int, int>, double> sent;  // (from stage, kind, mb) -> time
   for (bool progress = true; progress;) {
     progress = false;
-    for (int st = 0; st < s.stages; ++st) {
-      for (; pc[st] < s.actions[st].size(); ++pc[st]) {
-        const Action& a = s.actions[st][pc[st]];
-        const auto& c = times[st];
+    for (int r = 0; r < ranks; ++r) {
+      for (; pc[r] < s.actions[r].size(); ++pc[r]) {
+        const Action& a = s.actions[r][pc[r]];
+        const auto& c = times.at(a.stage);
         if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGrad) {
           const bool act = a.kind == ActionKind::RecvActivation;
-          auto it = sent.find({act ? st - 1 : st + 1, static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad),
-                               a.microBatch});
+          auto it = sent.find({act ? a.stage - 1 : a.stage + 1,
+                               static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad), a.microBatch});
           if (it == sent.end()) break;
-          clock[st] = std::max(clock[st], it->second + comm);
+          clock[r] = std::max(clock[r], it->second + comm);
         } else if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
-          sent[{st, static_cast<int>(a.kind), a.microBatch}] = clock[st];
+          sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = clock[r];
         } else {
-          clock[st] += a.kind == ActionKind::Forward          ? c.forward
-                       : a.kind == ActionKind::Backward       ? c.backward
-                       : a.kind == ActionKind::BackwardInput  ? c.backwardInput
-                                                              : c.backwardWeight;
+          clock[r] += a.kind == ActionKind::Forward          ? c.forward
+                      : a.kind == ActionKind::Backward       ? c.backward
+                      : a.kind == ActionKind::BackwardInput  ? c.backwardInput
+                                                             : c.backwardWeight;
         }
         progress = true;
       }
     }
   }
   double end = 0;
-  for (int st = 0; st < s.stages; ++st) {
-    SLUICE_CHECK(pc[st] == s.actions[st].size(), ScheduleError, "simulateStep: schedule '" << s.name << "' deadlocks");
-    end = std::max(end, clock[st]);
+  for (int r = 0; r < ranks; ++r) {
+    SLUICE_CHECK(pc[r] == s.actions[r].size(), ScheduleError, "simulateStep: schedule '" << s.name << "' deadlocks");
+    end = std::max(end, clock[r]);
   }
   return end;
 }
@@ -182,10 +228,12 @@ std::string toString(const Action& a) { return toString(a.kind) + std::to_string
 
 std::string toString(const Schedule& s) {
   std::ostringstream os;
-  os << s.name << " (stages=" << s.stages << ", micro-batches=" << s.microBatches << ")\n";
-  for (int st = 0; st < s.stages; ++st) {
-    os << "  stage " << st << ":";
-    for (auto& a : s.actions[st]) os << " " << toString(a);
+  const bool chunked = s.chunks() > 1;
+  os << s.name << " (stages=" << s.stages << (chunked ? ", ranks=" + std::to_string(s.rankCount()) : "")
+     << ", micro-batches=" << s.microBatches << ")\n";
+  for (size_t r = 0; r < s.actions.size(); ++r) {
+    os << "  " << (chunked ? "rank " : "stage ") << r << ":";
+    for (auto& a : s.actions[r]) os << " " << toString(a) << (chunked ? "/s" + std::to_string(a.stage) : "");
     os << "\n";
   }
   return os.str();
@@ -199,7 +247,7 @@ std::vector<int> peakOpen(const Schedule& s, ActionKind open, ActionKind close, 
   std::vector<int> peak(s.stages, 0);
   for (int st = 0; st < s.stages; ++st) {
     int live = 0;
-    for (auto& a : s.actions[st]) {
+    for (auto& a : s.stageActions(st)) {
       if (a.kind == open) peak[st] = std::max(peak[st], ++live);
       if (a.kind == close || a.kind == closeToo) --live;
     }

@@ -1,13 +1,17 @@
 // pipeline::Schedule: a pipeline schedule as plain data, testable without ranks.
 //
-// For each stage, the ordered list of actions it executes in one optimizer
-// step. Sends are nonblocking (they complete once the peer posts the matching
+// For each rank, the ordered list of actions it executes in one optimizer
+// step. Every action names its stage (a model chunk): rank r hosts stages
+// r, r + ranks, r + 2 ranks, ... (rankOf(); interleaved 1F1B), or exactly
+// stage r when stages == ranks (every other schedule). Messages go between
+// consecutive stages, to and from the ranks the map names. Sends are nonblocking (they complete once the peer posts the matching
 // receive, which StageWorker posts ahead of the compute before it); receives
 // block. A micro-batch's backward is either one action (Backward: input and
 // weight gradients together) or two (BackwardInput: the gradient of the
 // stage's inputs only, which is what the previous stage waits for; then
 // BackwardWeight: the parameters' gradients, any time later).
 // checkSchedule() proves a schedule valid under exactly that model:
+//   - every action's stage lives on the rank that runs it;
 //   - every micro-batch is forwarded and then backwarded exactly once per
 //     stage (Backward, or BackwardInput followed by BackwardWeight);
 //   - stage s > 0 receives activation mb before F(mb) and sends its grad after
@@ -16,9 +20,9 @@
 //     nothing else is sent or received;
 //   - every receive is matched by a send of the peer, and executing all stages
 //     with blocking receives and nonblocking sends finishes (no deadlock).
-// peakInFlight() is the schedule's activation memory in micro-batches: a
-// micro-batch holds its activations from its forward until its backward is
-// complete (its BackwardWeight when split).
+// peakInFlight() is the schedule's activation memory in micro-batches, per
+// stage: a micro-batch holds its activations from its forward until its
+// backward is complete (its BackwardWeight when split).
 //
 //   auto s = sluice::pipeline::makeSchedule("zb-h1", /*stages=*/4, /*microBatches=*/8);
 //   sluice::pipeline::checkSchedule(s);   // throws ScheduleError naming the fault
@@ -34,14 +38,24 @@ enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGrad, Backw
 struct Action {
   ActionKind kind;
   int microBatch;
-  bool operator==(const Action& o) const { return kind == o.kind && microBatch == o.microBatch; }
+  int stage = 0;  // the model chunk it runs on (a stage of rank rankOf(stage))
+  bool operator==(const Action& o) const {
+    return kind == o.kind && microBatch == o.microBatch && stage == o.stage;
+  }
 };
 
 struct Schedule {
   std::string name;
-  int stages = 1;
+  int stages = 1;  // model chunks, in model order
   int microBatches = 1;
-  std::vector<std::vector<Action>> actions;  // [stage] -> ordered actions
+  std::vector<std::vector<Action>> actions;  // [rank] -> ordered actions
+  int ranks = 0;                             // 0: one stage per rank (ranks == stages)
+  int rankCount() const { return ranks > 0 ? ranks : stages; }
+  int rankOf(int stage) const { return stage % rankCount(); }
+  // Stages per rank (1 unless interleaved).
+  int chunks() const { return stages / rankCount(); }
+  // The actions of one stage, in the order its rank runs them.
+  std::vector<Action> stageActions(int stage) const;
 };
 
 // GPipe: all forwards, then all backwards (in micro-batch order).
@@ -58,10 +72,21 @@ Schedule make1F1B(int stages, int microBatches);
 // (1F1B's), and at most min(p, m) between F and W (1F1B's peak, that of
 // stage 0), so no stage holds more than 1F1B's most loaded stage.
 Schedule makeZeroBubbleH1(int stages, int microBatches);
+// Interleaved 1F1B (Narayanan et al., SC 2021; Megatron-LM's virtual
+// pipeline): `chunks` stages per rank, stage s on rank s % ranks, so each
+// rank's work comes in v = chunks smaller pieces and the bubble shrinks to
+// (p - 1) / (v m + p - 1). Rank r warms up with (p - r - 1) * 2 + (v - 1) p
+// forwards of micro-batch pieces taken p micro-batches at a time, chunk by
+// chunk, then alternates one forward and one backward (backwards from the last
+// chunk down). Needs m a multiple of p (ScheduleError otherwise). Memory per
+// rank: at most that warm-up + 1 pieces in flight.
+Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
 // The schedules makeSchedule() knows, for messages and config checks.
-const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1
-// Throws ScheduleError for names not in scheduleNames().
-Schedule makeSchedule(const std::string& name, int stages, int microBatches);
+const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved
+// Throws ScheduleError for names not in scheduleNames(). `stages` are the
+// ranks; `chunks` (stages per rank) must be 1 except for interleaved, where
+// the schedule has stages x chunks stages.
+Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
 
@@ -73,6 +98,7 @@ bool splitsBackward(const Schedule& schedule);
 struct StageTimes {
   double forward = 0, backward = 0, backwardInput = 0, backwardWeight = 0;
 };
+// times: one per stage (chunk); a rank runs its stages' actions in its order.
 double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
 
 // inFlightLimit (optional, one per stage): also reject a stage whose
@@ -86,7 +112,7 @@ std::vector<int> peakInFlight(const Schedule& schedule);
 std::vector<int> peakWeightPending(const Schedule& schedule);
 
 std::string toString(ActionKind kind);
-std::string toString(const Action& action);  // e.g. "F3", "recv_act2"
+std::string toString(const Action& action);  // e.g. "F3", "recv_act2" (without its stage)
 std::string toString(const Schedule& schedule);
 
 }  // namespace sluice::pipeline

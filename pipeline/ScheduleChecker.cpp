@@ -1,5 +1,6 @@
 // checkSchedule(): see Schedule.h for the rules it enforces.
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "core/Error.h"
@@ -18,7 +19,7 @@ void checkStage(const Schedule& s, int st) {
   const bool first = st == 0, last = st == p - 1;
   std::set<std::pair<int, int>> done;  // (kind, mb)
   auto seen = [&](ActionKind k, int mb) { return done.count({static_cast<int>(k), mb}) > 0; };
-  const auto& actions = s.actions[st];
+  const auto actions = s.stageActions(st);
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     SLUICE_CHECK(a.microBatch >= 0 && a.microBatch < m, ScheduleError,
@@ -78,43 +79,46 @@ void checkStage(const Schedule& s, int st) {
   }
 }
 
-// Runs all stages: a receive proceeds once the peer executed the matching
-// send; sends never block. No progress with work left means deadlock.
+// Runs all ranks: a receive proceeds once the peer stage executed the
+// matching send; sends never block. No progress with work left means deadlock.
 void checkProgress(const Schedule& s) {
-  const int p = s.stages;
-  std::vector<size_t> pc(p, 0);
-  // sent[st] holds (kind, mb) sends executed by stage st.
-  std::vector<std::set<std::pair<int, int>>> sent(p);
+  const int ranks = static_cast<int>(s.actions.size());
+  std::vector<size_t> pc(ranks, 0);
+  std::set<std::tuple<int, int, int>> sent;  // (stage, kind, mb) of executed sends
   auto finished = [&] {
-    for (int st = 0; st < p; ++st) {
-      if (pc[st] < s.actions[st].size()) return false;
+    for (int r = 0; r < ranks; ++r) {
+      if (pc[r] < s.actions[r].size()) return false;
     }
     return true;
   };
   while (!finished()) {
     bool progress = false;
-    for (int st = 0; st < p; ++st) {
-      while (pc[st] < s.actions[st].size()) {
-        const Action& a = s.actions[st][pc[st]];
+    for (int r = 0; r < ranks; ++r) {
+      while (pc[r] < s.actions[r].size()) {
+        const Action& a = s.actions[r][pc[r]];
         if (a.kind == ActionKind::RecvActivation &&
-            !sent[st - 1].count({static_cast<int>(ActionKind::SendActivation), a.microBatch})) {
+            !sent.count({a.stage - 1, static_cast<int>(ActionKind::SendActivation), a.microBatch})) {
           break;
         }
-        if (a.kind == ActionKind::RecvGrad && !sent[st + 1].count({static_cast<int>(ActionKind::SendGrad), a.microBatch})) {
+        if (a.kind == ActionKind::RecvGrad &&
+            !sent.count({a.stage + 1, static_cast<int>(ActionKind::SendGrad), a.microBatch})) {
           break;
         }
         if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
-          sent[st].insert({static_cast<int>(a.kind), a.microBatch});
+          sent.insert({a.stage, static_cast<int>(a.kind), a.microBatch});
         }
-        ++pc[st];
+        ++pc[r];
         progress = true;
       }
     }
     if (!progress) {
       std::ostringstream os;
       os << "schedule '" << s.name << "' deadlocks; blocked at:";
-      for (int st = 0; st < p; ++st) {
-        if (pc[st] < s.actions[st].size()) os << " " << where(st, pc[st], s.actions[st][pc[st]]) << ";";
+      for (int r = 0; r < ranks; ++r) {
+        if (pc[r] < s.actions[r].size()) {
+          const Action& a = s.actions[r][pc[r]];
+          os << " " << where(a.stage, pc[r], a) << (ranks < s.stages ? " on rank " + std::to_string(r) : "") << ";";
+        }
       }
       throw ScheduleError(os.str());
     }
@@ -126,8 +130,19 @@ void checkProgress(const Schedule& s) {
 void checkSchedule(const Schedule& s, const std::vector<int>& inFlightLimit) {
   SLUICE_CHECK(s.stages >= 1 && s.microBatches >= 1, ScheduleError,
                "schedule '" << s.name << "' has " << s.stages << " stages and " << s.microBatches << " micro-batches");
-  SLUICE_CHECK(static_cast<int>(s.actions.size()) == s.stages, ScheduleError,
-               "schedule '" << s.name << "' lists actions for " << s.actions.size() << " stages, expected " << s.stages);
+  const int ranks = s.rankCount();
+  SLUICE_CHECK(ranks >= 1 && s.stages % ranks == 0, ScheduleError,
+               "schedule '" << s.name << "': " << s.stages << " stages do not spread evenly over " << ranks << " ranks");
+  SLUICE_CHECK(static_cast<int>(s.actions.size()) == ranks, ScheduleError,
+               "schedule '" << s.name << "' lists actions for " << s.actions.size() << " ranks, expected " << ranks);
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < s.actions[r].size(); ++i) {
+      const Action& a = s.actions[r][i];
+      SLUICE_CHECK(a.stage >= 0 && a.stage < s.stages && s.rankOf(a.stage) == r, ScheduleError,
+                   "rank " << r << ", action " << i << " (" << toString(a) << ") names stage " << a.stage
+                           << ", which rank " << r << " does not host");
+    }
+  }
   for (int st = 0; st < s.stages; ++st) checkStage(s, st);
   checkProgress(s);
   if (inFlightLimit.empty()) return;

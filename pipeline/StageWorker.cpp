@@ -38,19 +38,33 @@ struct StageWorker::InFlight {
 };
 
 StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm,
-                         Schedule schedule, LossFn lossFn, ExecMode mode)
+                         Schedule schedule, LossFn lossFn, ExecMode mode, std::vector<Communicator> boundaryComms)
     : stage_(std::move(stage)), params_(std::move(params)), comm_(std::move(pipelineComm)),
       schedule_(std::move(schedule)), lossFn_(std::move(lossFn)),
       module_(stage_.graph, "stage" + std::to_string(stage_.index), mode) {
   SLUICE_CHECK(params_.size() == stage_.paramInputs.size(), GraphError,
                "stage " << stage_.index << " needs " << stage_.paramInputs.size() << " parameters, got "
                         << params_.size());
-  SLUICE_CHECK(comm_.size() == schedule_.stages, CommError,
-               "pipeline communicator has " << comm_.size() << " ranks but the schedule has " << schedule_.stages
-                                            << " stages");
-  SLUICE_CHECK(comm_.rank() == stage_.index, CommError,
-               "pipeline rank " << comm_.rank() << " was given stage " << stage_.index);
+  SLUICE_CHECK(comm_.size() == schedule_.rankCount(), CommError,
+               "pipeline communicator has " << comm_.size() << " ranks but the schedule has " << schedule_.rankCount()
+                                            << " ranks");
+  SLUICE_CHECK(stage_.index >= 0 && stage_.index < schedule_.stages && comm_.rank() == schedule_.rankOf(stage_.index),
+               CommError, "pipeline rank " << comm_.rank() << " was given stage " << stage_.index);
   checkSchedule(schedule_);
+  const int s = stage_.index;
+  if (schedule_.chunks() > 1) {
+    SLUICE_CHECK(static_cast<int>(boundaryComms.size()) == schedule_.stages - 1, CommError,
+                 "stage " << s << ": schedule " << schedule_.name << " puts " << schedule_.chunks()
+                          << " stages on each rank and needs one communicator per boundary ("
+                          << schedule_.stages - 1 << "), got " << boundaryComms.size());
+    if (s > 0) prevComm_ = boundaryComms[s - 1];
+    if (s < schedule_.stages - 1) nextComm_ = boundaryComms[s];
+  } else {
+    prevComm_ = comm_;
+    nextComm_ = comm_;
+  }
+  if (s > 0) prevRank_ = schedule_.rankOf(s - 1);
+  if (s < schedule_.stages - 1) nextRank_ = schedule_.rankOf(s + 1);
   for (auto& v : stage_.boundaryInputs) inputNeedsGrad_.push_back(!isFirst() && needsGrad(v));
   for (auto& v : stage_.outputs) outputNeedsGrad_.push_back(!isLast() && needsGrad(v));
 }
@@ -95,20 +109,20 @@ int StageWorker::tag(int microBatch, int value, size_t count) const {
   return t;
 }
 
-void StageWorker::postReceives(const Action& a, std::vector<InFlight>& state) {
-  auto& st = state[a.microBatch];
+void StageWorker::postReceives(const Action& a) {
+  auto& st = state_.at(a.microBatch);
   const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   if (a.kind == ActionKind::RecvActivation && !st.activationsPosted) {
     st.activationsPosted = true;
     for (size_t i = 0; i < nIn; ++i) {
       st.activationRecvs.push_back(
-          comm_.irecv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, tag(a.microBatch, i, nIn)));
+          prevComm_.irecv(specOf(stage_.boundaryInputs[i]), prevRank_, tag(a.microBatch, i, nIn)));
     }
   } else if (a.kind == ActionKind::RecvGrad && !st.gradsPosted) {
     st.gradsPosted = true;
     for (size_t i = 0; i < nOut; ++i) {
       if (outputNeedsGrad_[i]) {
-        st.gradRecvs.push_back(comm_.irecv(specOf(stage_.outputs[i]), stage_.index + 1, tag(a.microBatch, i, nOut)));
+        st.gradRecvs.push_back(nextComm_.irecv(specOf(stage_.outputs[i]), nextRank_, tag(a.microBatch, i, nOut)));
       }
     }
   }
@@ -159,13 +173,13 @@ EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool
       in = firstStageInputs(microBatches[mb]);
     } else {
       for (size_t i = 0; i < nIn; ++i) {
-        in.push_back(comm_.recv(specOf(stage_.boundaryInputs[i]), stage_.index - 1, static_cast<int>(i)).tensor);
+        in.push_back(prevComm_.recv(specOf(stage_.boundaryInputs[i]), prevRank_, static_cast<int>(i)).tensor);
       }
     }
     in.insert(in.end(), params_.begin(), params_.end());
     auto outputs = module_.forward(in);
     if (!isLast()) {
-      for (size_t i = 0; i < outputs.size(); ++i) comm_.send(outputs[i], stage_.index + 1, static_cast<int>(i));
+      for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(outputs[i], nextRank_, static_cast<int>(i));
       continue;
     }
     const auto& target = microBatches[mb].target;
@@ -235,9 +249,10 @@ void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBac
 
 namespace {
 
-// The trace's name and stream of an action (core/Trace.h).
-std::pair<std::string, std::string> traceNameOf(const Action& a) {
-  const std::string mb = std::to_string(a.microBatch);
+// The trace's name and stream of an action (core/Trace.h); with several
+// stages per rank the name says which ("F3 s2").
+std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked) {
+  const std::string mb = std::to_string(a.microBatch) + (chunked ? " s" + std::to_string(a.stage) : "");
   switch (a.kind) {
     case ActionKind::Forward: return {"F" + mb, "compute"};
     case ActionKind::Backward: return {"B" + mb, "compute"};
@@ -251,112 +266,160 @@ std::pair<std::string, std::string> traceNameOf(const Action& a) {
   return {"?", "compute"};
 }
 
+bool isCompute(const Action& a) {
+  return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
+         a.kind == ActionKind::BackwardWeight;
+}
+
 }  // namespace
 
-torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
+void StageWorker::beginStep(const std::vector<MicroBatch>& microBatches) {
   const int m = schedule_.microBatches;
   SLUICE_CHECK(static_cast<int>(microBatches.size()) == m, Error,
                "stage " << stage_.index << " got " << microBatches.size() << " micro-batches, schedule has " << m);
-  const auto& actions = schedule_.actions[stage_.index];
-  const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
-  std::vector<InFlight> state(m);
-  auto isCompute = [](const Action& a) {
-    return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
-           a.kind == ActionKind::BackwardWeight;
-  };
-  // Sent tensors are released as soon as their sends complete (Note [bounded buffers]).
-  auto reapSends = [&] {
-    sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
-  };
+  state_.clear();
+  state_.resize(m);
+  microBatches_ = &microBatches;
+  lossSum_ = torch::Tensor();
+}
 
-  torch::Tensor lossSum;
-  for (size_t x = 0; x < actions.size(); ++x) {
-    const Action& a = actions[x];
-    auto& st = state[a.microBatch];
-    CommActivity activity("micro-batch " + std::to_string(a.microBatch) + ", " + toString(a.kind));
-    reapSends();
-    if (isCompute(a)) {
-      // Post the receives needed up to the next compute action, so they arrive while this one runs.
-      for (size_t y = x + 1; y < actions.size(); ++y) {
-        postReceives(actions[y], state);
-        if (isCompute(actions[y])) break;
+// Sent tensors are released as soon as their sends complete (Note [bounded buffers]).
+void StageWorker::reapSends() {
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
+}
+
+void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards) {
+  const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
+  auto& st = state_.at(a.microBatch);
+  const bool chunked = schedule_.chunks() > 1;
+  CommActivity activity("micro-batch " + std::to_string(a.microBatch) + ", " + toString(a.kind) +
+                        (chunked ? ", stage " + std::to_string(stage_.index) : ""));
+  const bool traced = trace_ && trace_->active();
+  const double startUs = traced ? TraceRecorder::nowUs() : 0;
+  switch (a.kind) {
+    case ActionKind::RecvActivation: {
+      postReceives(a);
+      for (size_t i = 0; i < nIn; ++i) {
+        auto t = st.activationRecvs[i].wait().tensor;
+        if (inputNeedsGrad_[i]) t.requires_grad_(true);
+        st.inputs.push_back(t);
       }
+      st.activationRecvs.clear();
+      break;
     }
-    const bool traced = trace_ && trace_->active();
-    const double startUs = traced ? TraceRecorder::nowUs() : 0;
-    switch (a.kind) {
-      case ActionKind::RecvActivation: {
-        postReceives(a, state);
-        for (size_t i = 0; i < nIn; ++i) {
-          auto t = st.activationRecvs[i].wait().tensor;
-          if (inputNeedsGrad_[i]) t.requires_grad_(true);
-          st.inputs.push_back(t);
+    case ActionKind::Forward:
+      if (forwardHook_) forwardHook_(a.microBatch);
+      forward(a.microBatch, st, microBatches_->at(a.microBatch), lossSum_);
+      break;
+    case ActionKind::SendActivation: {
+      st.outputEdges.assign(nOut, torch::autograd::Edge());
+      for (size_t i = 0; i < nOut; ++i) {
+        sends_.push_back(nextComm_.isend(st.outputs[i].detach().contiguous(), nextRank_, tag(a.microBatch, i, nOut),
+                                         outputNeedsGrad_[i]));
+        if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
+          st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
         }
-        st.activationRecvs.clear();
-        break;
       }
-      case ActionKind::Forward:
-        if (forwardHook_) forwardHook_(a.microBatch);
-        forward(a.microBatch, st, microBatches[a.microBatch], lossSum);
-        break;
-      case ActionKind::SendActivation: {
-        st.outputEdges.assign(nOut, torch::autograd::Edge());
-        for (size_t i = 0; i < nOut; ++i) {
-          sends_.push_back(comm_.isend(st.outputs[i].detach().contiguous(), stage_.index + 1,
-                                       tag(a.microBatch, i, nOut), outputNeedsGrad_[i]));
-          if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
-            st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
-          }
-        }
-        st.outputs.clear();
-        break;
-      }
-      case ActionKind::RecvGrad: {
-        postReceives(a, state);
-        size_t k = 0;
-        st.outputGrads.assign(nOut, torch::Tensor());
-        for (size_t i = 0; i < nOut; ++i) {
-          if (outputNeedsGrad_[i]) st.outputGrads[i] = st.gradRecvs[k++].wait().tensor;
-        }
-        st.gradRecvs.clear();
-        break;
-      }
-      case ActionKind::Backward: {
-        std::vector<int> next;
-        for (size_t y = x + 1; y < actions.size() && next.empty(); ++y) {
-          if (actions[y].kind == ActionKind::Backward) next.push_back(actions[y].microBatch);
-        }
-        backward(a.microBatch, st, next);
-        break;
-      }
-      case ActionKind::BackwardInput:
-        backwardInput(st);
-        break;
-      case ActionKind::BackwardWeight:
-        backwardWeight(st);
-        break;
-      case ActionKind::SendGrad: {
-        for (size_t i = 0; i < nIn; ++i) {
-          if (!inputNeedsGrad_[i]) continue;
-          // An input no node differentiated through still owes its sender a gradient: zero.
-          auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
-          if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
-          sends_.push_back(comm_.isend(g.contiguous(), stage_.index - 1, tag(a.microBatch, i, nIn)));
-        }
-        st.inputs.clear();
-        st.inputGrads.clear();
-        break;
-      }
+      st.outputs.clear();
+      break;
     }
-    if (traced) {
-      const auto [name, stream] = traceNameOf(a);
-      trace_->add(name, stream, a.microBatch, startUs, TraceRecorder::nowUs());
+    case ActionKind::RecvGrad: {
+      postReceives(a);
+      size_t k = 0;
+      st.outputGrads.assign(nOut, torch::Tensor());
+      for (size_t i = 0; i < nOut; ++i) {
+        if (outputNeedsGrad_[i]) st.outputGrads[i] = st.gradRecvs[k++].wait().tensor;
+      }
+      st.gradRecvs.clear();
+      break;
+    }
+    case ActionKind::Backward:
+      backward(a.microBatch, st, nextBackwards);
+      break;
+    case ActionKind::BackwardInput:
+      backwardInput(st);
+      break;
+    case ActionKind::BackwardWeight:
+      backwardWeight(st);
+      break;
+    case ActionKind::SendGrad: {
+      for (size_t i = 0; i < nIn; ++i) {
+        if (!inputNeedsGrad_[i]) continue;
+        // An input no node differentiated through still owes its sender a gradient: zero.
+        auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
+        if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
+        sends_.push_back(prevComm_.isend(g.contiguous(), prevRank_, tag(a.microBatch, i, nIn)));
+      }
+      st.inputs.clear();
+      st.inputGrads.clear();
+      break;
     }
   }
+  if (traced) {
+    const auto [name, stream] = traceNameOf(a, chunked);
+    trace_->add(name, stream, a.microBatch, startUs, TraceRecorder::nowUs());
+  }
+}
+
+torch::Tensor StageWorker::endStep() {
   CommActivity activity("the step's last sends");
   for (auto& w : sends_) w.wait();
   sends_.clear();
-  return lossSum;
+  state_.clear();
+  microBatches_ = nullptr;
+  auto loss = lossSum_;
+  lossSum_ = torch::Tensor();
+  return loss;
+}
+
+torch::Tensor StageWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
+  return runStep({this}, microBatches);
+}
+
+torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches) {
+  SLUICE_CHECK(!stages.empty(), Error, "runStep: no stages");
+  const Schedule& schedule = stages[0]->schedule();
+  const int rank = schedule.rankOf(stages[0]->stage().index);
+  std::map<int, StageWorker*> byStage;
+  for (auto* w : stages) byStage[w->stage().index] = w;
+  for (int s = rank; s < schedule.stages; s += schedule.rankCount()) {
+    SLUICE_CHECK(byStage.count(s), Error,
+                 "rank " << rank << " hosts stage " << s << " in schedule " << schedule.name << " but has no worker for it");
+  }
+  SLUICE_CHECK(byStage.size() == stages.size(), Error, "runStep: stages of other ranks or repeated");
+  const auto& actions = schedule.actions.at(rank);
+  for (auto* w : stages) w->beginStep(microBatches);
+  for (size_t x = 0; x < actions.size(); ++x) {
+    const Action& a = actions[x];
+    for (auto* w : stages) w->reapSends();
+    if (isCompute(a)) {
+      // Post the receives needed up to the next compute action, so they arrive while this one runs.
+      for (size_t y = x + 1; y < actions.size(); ++y) {
+        byStage.at(actions[y].stage)->postReceives(actions[y]);
+        if (isCompute(actions[y])) break;
+      }
+    }
+    std::vector<int> next;  // the stage's next backward (memory plans prefetch for it)
+    if (a.kind == ActionKind::Backward) {
+      for (size_t y = x + 1; y < actions.size() && next.empty(); ++y) {
+        if (actions[y].kind == ActionKind::Backward && actions[y].stage == a.stage) next.push_back(actions[y].microBatch);
+      }
+    }
+    byStage.at(a.stage)->execute(a, next);
+  }
+  torch::Tensor loss;
+  for (auto* w : stages) {
+    auto l = w->endStep();
+    if (w->isLast()) loss = l;
+  }
+  return loss;
+}
+
+std::vector<Communicator> boundaryCommunicators(const Communicator& pipeline, const Schedule& schedule) {
+  std::vector<Communicator> out;
+  if (schedule.chunks() <= 1) return out;
+  for (int b = 0; b + 1 < schedule.stages; ++b) out.push_back(pipeline.split(0, pipeline.rank()));
+  return out;
 }
 
 torch::Tensor StageWorker::trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer) {

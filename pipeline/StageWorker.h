@@ -1,7 +1,15 @@
 // pipeline::StageWorker: runs one pipeline stage's share of a schedule.
 //
 // Contract
-// - The pipeline communicator has one rank per stage; rank == stage index.
+// - The pipeline communicator has one rank per pipeline rank; the stage runs
+//   on rank schedule.rankOf(stage index) (== the stage index unless the
+//   schedule is interleaved, where a rank hosts several stages, each with its
+//   own StageWorker, driven together by runStep()). Messages to the previous
+//   and next stage go to the ranks the schedule's map names, on the pipeline
+//   communicator, or with several stages per rank on one communicator per
+//   boundary (boundaryCommunicators()), so tags (micro-batch x value) stay
+//   unique between two ranks that exchange activations and gradients of
+//   different boundaries.
 // - runMicroBatches() executes the stage's actions for one optimizer step in
 //   schedule order. Note [bounded buffers]: before each forward or backward it
 //   posts the receives the schedule needs right after it (so they arrive
@@ -69,9 +77,10 @@ struct ComputeTimes {
 
 class StageWorker {
  public:
-  // params: tensors for stage.paramInputs, in that order.
+  // params: tensors for stage.paramInputs, in that order. boundaryComms: see
+  // the contract (required when the schedule puts several stages on a rank).
   StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm, Schedule schedule,
-              LossFn lossFn, ExecMode mode = ExecMode::Eager);
+              LossFn lossFn, ExecMode mode = ExecMode::Eager, std::vector<Communicator> boundaryComms = {});
   ~StageWorker();
 
   // Carry out this memory plan from the next step on (eager execution only;
@@ -86,7 +95,18 @@ class StageWorker {
   void setTrace(TraceRecorder* trace);
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
+  // The schedule must put only this stage on its rank (else use runStep).
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
+
+  // The step protocol runStep() drives: beginStep, then for every action of
+  // this stage in its rank's order postReceives (ahead of time, any number of
+  // times) and execute, then endStep (waits for this stage's sends; returns
+  // the step's loss on the last stage, undefined elsewhere).
+  void beginStep(const std::vector<MicroBatch>& microBatches);
+  void postReceives(const Action& a);
+  void execute(const Action& a, const std::vector<int>& nextBackwards);
+  void reapSends();
+  torch::Tensor endStep();
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
   torch::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
 
@@ -106,11 +126,11 @@ class StageWorker {
   void measureSavedBytes(memory::LiveSavedBytes* counter) { savedBytes_ = counter; }
   bool isFirst() const { return stage_.index == 0; }
   bool isLast() const { return stage_.index == schedule_.stages - 1; }
+  const Schedule& schedule() const { return schedule_; }
 
  private:
   struct InFlight;
   int tag(int microBatch, int value, size_t count) const;
-  void postReceives(const Action& a, std::vector<InFlight>& state);
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
   void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
@@ -121,6 +141,8 @@ class StageWorker {
   StageGraph stage_;
   std::vector<torch::Tensor> params_;
   Communicator comm_;
+  Communicator prevComm_, nextComm_;  // to the previous / next stage (comm_ unless interleaved)
+  int prevRank_ = -1, nextRank_ = -1;  // their ranks there
   Schedule schedule_;
   LossFn lossFn_;
   StageModule module_;
@@ -130,8 +152,22 @@ class StageWorker {
   memory::LiveSavedBytes* savedBytes_ = nullptr;
   std::unique_ptr<memory::StageMemory> memory_;
   std::vector<Work> sends_;
+  std::vector<InFlight> state_;  // per micro-batch, during a step
+  const std::vector<MicroBatch>* microBatches_ = nullptr;
+  torch::Tensor lossSum_;
   std::function<void(int)> forwardHook_;
   TraceRecorder* trace_ = nullptr;
 };
+
+// One optimizer step of every stage this rank hosts (all of them, each once;
+// same schedule), in the schedule's order for this rank. Before each compute
+// action it posts the receives needed up to the next compute action (of any
+// of its stages). Returns the loss (the last stage's), undefined elsewhere.
+torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches);
+
+// The per-boundary communicators of a schedule that puts several stages on a
+// rank (one duplicate of `pipeline` per boundary between consecutive
+// stages); empty otherwise. Collective over `pipeline`.
+std::vector<Communicator> boundaryCommunicators(const Communicator& pipeline, const Schedule& schedule);
 
 }  // namespace sluice::pipeline

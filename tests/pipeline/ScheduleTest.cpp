@@ -1,4 +1,4 @@
-// Schedules as data: GPipe, 1F1B and ZB-H1 valid for p in 1..4, m in 1..8; broken ones rejected.
+// Schedules as data: GPipe, 1F1B, ZB-H1 and interleaved 1F1B valid over a range of sizes; broken ones rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,8 +67,8 @@ TEST(Schedule, HandBrokenSchedulesAreRejected) {
   // only after it got the gradient of 0: circular wait.
   s.actions[0] = {{K::Forward, 0}, {K::SendActivation, 0}, {K::RecvGrad, 0}, {K::Backward, 0},
                   {K::Forward, 1}, {K::SendActivation, 1}, {K::RecvGrad, 1}, {K::Backward, 1}};
-  s.actions[1] = {{K::RecvActivation, 1}, {K::Forward, 1}, {K::RecvActivation, 0}, {K::Forward, 0},
-                  {K::Backward, 0},       {K::SendGrad, 0}, {K::Backward, 1},       {K::SendGrad, 1}};
+  s.actions[1] = {{K::RecvActivation, 1, 1}, {K::Forward, 1, 1},  {K::RecvActivation, 0, 1}, {K::Forward, 0, 1},
+                  {K::Backward, 0, 1},       {K::SendGrad, 0, 1}, {K::Backward, 1, 1},       {K::SendGrad, 1, 1}};
   expectRejected(s, "deadlocks");
 
   auto b = make1F1B(3, 4);
@@ -84,26 +84,34 @@ TEST(Schedule, HandBrokenSchedulesAreRejected) {
   expectRejected(d, "forward before its activation");
 
   auto e = makeGPipe(2, 2);
-  e.actions[1].push_back({K::SendActivation, 0});  // the last stage sends activations
+  e.actions[1].push_back({K::SendActivation, 0, 1});  // the last stage sends activations
   expectRejected(e, "last stage sends no activations");
 
   EXPECT_THROW(makeSchedule("zigzag", 2, 2), ScheduleError);
 
   auto f = makeZeroBubbleH1(2, 2);
   auto& last = f.actions[1];
-  auto w = std::find(last.begin(), last.end(), Action{K::BackwardWeight, 0});
+  auto w = std::find(last.begin(), last.end(), Action{K::BackwardWeight, 0, 1});
   last.erase(w);
-  last.insert(last.begin() + 1, Action{K::BackwardWeight, 0});  // right after F0, before Bi0
+  last.insert(last.begin() + 1, Action{K::BackwardWeight, 0, 1});  // right after F0, before Bi0
   expectRejected(f, "weight gradient before its input gradient");
 
   auto g = makeZeroBubbleH1(2, 2);
-  g.actions[1].push_back({K::Backward, 1});  // micro-batch 1 also backwarded whole
+  g.actions[1].push_back({K::Backward, 1, 1});  // micro-batch 1 also backwarded whole
   expectRejected(g, "both whole and split");
 
   auto h = makeZeroBubbleH1(2, 2);
   auto& s1 = h.actions[1];
-  s1.erase(std::find(s1.begin(), s1.end(), Action{K::BackwardWeight, 1}));
+  s1.erase(std::find(s1.begin(), s1.end(), Action{K::BackwardWeight, 1, 1}));
   expectRejected(h, "never runs W1");
+
+  auto i = make1F1B(2, 2);
+  i.actions[1][0].stage = 0;  // rank 1 runs an action of stage 0
+  expectRejected(i, "which rank 1 does not host");
+
+  auto j = makeInterleaved1F1B(2, 2, 4);
+  std::swap(j.actions[0][0], j.actions[1][0]);  // each rank runs the other's first piece
+  expectRejected(j, "does not host");
 
   // Memory: 1F1B's stage 0 holds 2 micro-batches at p = 2; a limit of 1 rejects it.
   EXPECT_NO_THROW(checkSchedule(make1F1B(2, 4), {2, 1}));
@@ -145,6 +153,57 @@ TEST(Schedule, SimulatedStepTimes) {
   // A message delay adds to every hop on the critical path: 1F1B at p = 2, m = 1: f, c, f+b... = 2(f+b) + 2c.
   std::vector<StageTimes> t(2, StageTimes{f, b, b / 2, b / 2});
   EXPECT_DOUBLE_EQ(simulateStep(make1F1B(2, 1), t, 0.5), 2 * (f + b) + 2 * 0.5);
+}
+
+// Interleaved 1F1B: valid for p 2..4, v 1..3, m multiples of p up to 12; each
+// stage of rank r holds at most the rank's warm-up + 1 pieces; with v = 1 it
+// is plain 1F1B; its step with each rank's work cut into v equal chunks beats
+// 1F1B's (the bubble shrinks from (p-1)/(m+p-1) towards (p-1)/(vm+p-1)).
+TEST(Schedule, InterleavedIsValidAndShortensTheBubble) {
+  for (int p = 2; p <= 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      for (int m = p; m <= 12; m += p) {
+        auto s = makeSchedule("interleaved", p, m, v);
+        ASSERT_EQ(s.stages, p * v);
+        ASSERT_EQ(s.chunks(), v);
+        EXPECT_NO_THROW(checkSchedule(s)) << toString(s);
+        const auto peak = peakInFlight(s);
+        for (int st = 0; st < s.stages; ++st) {
+          const int r = st % p, warmup = m == p ? m * v : std::min((p - r - 1) * 2 + (v - 1) * p, m * v);
+          EXPECT_LE(peak[st], warmup + 1) << "p=" << p << " v=" << v << " m=" << m << " stage " << st;
+        }
+        const double f = 1, b = 2;
+        // The same model: 1F1B stages take f + b per micro-batch, interleaved chunks 1/v of it.
+        const double ofob = simulateStep(make1F1B(p, m), std::vector<StageTimes>(p, StageTimes{f, b, 0, 0}));
+        const double inter = simulateStep(s, std::vector<StageTimes>(p * v, StageTimes{f / v, b / v, 0, 0}));
+        EXPECT_GE(inter, m * (f + b) - 1e-9);
+        if (v == 1) {
+          EXPECT_DOUBLE_EQ(inter, ofob) << toString(s);
+        } else if (m > p) {
+          EXPECT_LT(inter, ofob) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s);
+        }
+      }
+    }
+  }
+  EXPECT_THROW(makeSchedule("interleaved", 2, 3, 2), ScheduleError);  // m not a multiple of p
+  EXPECT_THROW(makeSchedule("1f1b", 2, 4, 2), ScheduleError);         // chunks only for interleaved
+}
+
+// Interleaved 1F1B on 2 ranks, 2 chunks, 4 micro-batches, rank 0 (stages 0
+// and 2): warm-up (2-0-1)*2 + (2-1)*2 = 4 forward pieces (micro-batches 0, 1
+// through chunk 0, then through chunk 1), then one forward, one backward.
+TEST(Schedule, InterleavedRankOrder) {
+  auto s = makeInterleaved1F1B(2, 2, 4);
+  std::vector<std::pair<K, std::pair<int, int>>> compute;  // (kind, (mb, stage))
+  for (auto& a : s.actions[0]) {
+    if (a.kind == K::Forward || a.kind == K::Backward) compute.push_back({a.kind, {a.microBatch, a.stage}});
+  }
+  const std::vector<std::pair<K, std::pair<int, int>>> want{
+      {K::Forward, {0, 0}},  {K::Forward, {1, 0}},  {K::Forward, {0, 2}},  {K::Forward, {1, 2}},
+      {K::Forward, {2, 0}},  {K::Backward, {0, 2}}, {K::Forward, {3, 0}},  {K::Backward, {1, 2}},
+      {K::Forward, {2, 2}},  {K::Backward, {0, 0}}, {K::Forward, {3, 2}},  {K::Backward, {1, 0}},
+      {K::Backward, {2, 2}}, {K::Backward, {3, 2}}, {K::Backward, {2, 0}}, {K::Backward, {3, 0}}};
+  EXPECT_EQ(compute, want) << toString(s);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#include "pipeline/RankWorker.h"
+
+#include <set>
+
+#include "core/Error.h"
+
+namespace sluice::pipeline {
+
+RankWorker::RankWorker(std::vector<std::unique_ptr<StageWorker>> stages) : stages_(std::move(stages)) {
+  SLUICE_CHECK(!stages_.empty(), Error, "RankWorker: no stages");
+  for (auto& s : stages_) raw_.push_back(s.get());
+}
+
+torch::Tensor RankWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
+  return runStep(raw_, microBatches);
+}
+
+std::vector<torch::Tensor> RankWorker::trainableParameters() const {
+  std::vector<torch::Tensor> out;
+  std::set<const void*> seen;  // a tensor two stages read (tied weights) is one parameter
+  for (auto& s : stages_) {
+    for (auto& p : s->trainableParameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+    }
+  }
+  return out;
+}
+
+ComputeTimes RankWorker::computeTimes() const {
+  ComputeTimes sum;
+  for (auto& s : stages_) {
+    const auto& t = s->computeTimes();
+    sum.forwardSeconds += t.forwardSeconds;
+    sum.backwardSeconds += t.backwardSeconds;
+    sum.forwards += t.forwards;
+    sum.backwards += t.backwards;
+  }
+  return sum;
+}
+
+StageMetrics RankWorker::metrics() const {
+  StageMetrics sum;
+  for (auto& s : stages_) {
+    const auto& m = s->module().metrics();
+    sum.compiles += m.compiles;
+    sum.cacheHits += m.cacheHits;
+    sum.compileSeconds += m.compileSeconds;
+    sum.executeSeconds += m.executeSeconds;
+    sum.recompileCauses.insert(sum.recompileCauses.end(), m.recompileCauses.begin(), m.recompileCauses.end());
+  }
+  return sum;
+}
+
+void RankWorker::setTrace(TraceRecorder* trace) {
+  for (auto& s : stages_) s->setTrace(trace);
+}
+
+void RankWorker::setForwardHook(const std::function<void(int)>& hook) {
+  for (auto& s : stages_) s->setForwardHook(hook);
+}
+
+void RankWorker::measureSavedBytes(memory::LiveSavedBytes* counter) {
+  for (auto& s : stages_) s->measureSavedBytes(counter);
+}
+
+}  // namespace sluice::pipeline
