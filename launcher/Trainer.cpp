@@ -690,13 +690,14 @@ void Trainer::report() {
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
   log::info(buf);
   const auto ct = worker_->computeTimes();
-  const double mbsTimed = std::max<int64_t>(1, ct.forwards - warm_.forwards);
+  // Micro-batches timed: each went through every stage of the rank.
+  const double mbsTimed = std::max<int64_t>(1, (ct.forwards - warm_.forwards) / static_cast<int64_t>(stages_.size()));
   std::snprintf(buf, sizeof(buf),
                 "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after "
                 "%lld warm-up steps)",
                 stage.index, 1e3 * (ct.forwardSeconds - warm_.forwardSeconds) / mbsTimed,
                 1e3 * (ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed,
-                static_cast<long long>(ct.forwards - warm_.forwards), static_cast<long long>(warmSteps_));
+                static_cast<long long>(mbsTimed), static_cast<long long>(warmSteps_));
   log::info(buf);
   int64_t predicted = 0;
   if (plan_) {

@@ -3,8 +3,9 @@
 # checkpoint and ends with the per-step losses of an uninterrupted run,
 # bitwise; a stop on SIGTERM writes a checkpoint, exits 0 and resumes
 # bitwise; a kill during a save leaves the previous checkpoint loadable;
-# checkpoints load into another layout (2 stages -> 1 stage; 1 stage x 2
-# replicas -> 2 stages x 1, DistAdam) within relative 1e-5; broken or foreign
+# checkpoints load into another layout (2 stages -> 1 stage; 2 stages ->
+# interleaved 2 x 2 -> 1 stage; 1 stage x 2 replicas -> 2 stages x 1,
+# DistAdam) within relative 1e-5; broken or foreign
 # checkpoints are refused with nothing written.
 source "$(dirname "$0")/lib.sh"
 cfg="$ROOT/configs/quickstart.yaml"
@@ -84,6 +85,18 @@ grep -q "another layout: stages 2 x data_parallel 1 before" "$TMP/one/logs/rank_
 [ "$(steps one)" -eq $((N - 4)) ] || fail "2 -> 1: expected steps 4..$((N - 1)), got $(steps one) lines"
 close straight one
 echo "ok: a 2-stage checkpoint resumes on 1 stage"
+
+# Interleaved (2 ranks x 2 stages each, 4 pieces) from the 2-stage checkpoint of step 4, and
+# its own checkpoint of step 75 (each rank's file holds both its stages) on 1 stage.
+train inter --set pipeline.schedule=interleaved --set checkpoint.interval=75 --set checkpoint.resume="$ck4" ||
+  { cat "$TMP/inter.log"; fail "2 stages -> interleaved 2 x 2 failed"; }
+grep -q "another layout: stages 2 x data_parallel 1 before" "$TMP/inter/logs/rank_0.log" || fail "-> interleaved: not resumed"
+close straight inter
+train inter_one --set pipeline.stages=1 --set checkpoint.resume="$TMP/inter/checkpoints/step_00000075" ||
+  { cat "$TMP/inter_one.log"; fail "interleaved -> 1 stage failed"; }
+[ "$(steps inter_one)" -eq $((N - 75)) ] || fail "interleaved -> 1: expected steps 75..$((N - 1)), got $(steps inter_one)"
+close straight inter_one
+echo "ok: a 2-stage checkpoint resumes interleaved (2 x 2), and an interleaved one on 1 stage"
 
 # 1 stage x 2 replicas (DistAdam) -> 2 stages x 1 (DistAdam): the sharded state regathered and resharded.
 dist=(--set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks)

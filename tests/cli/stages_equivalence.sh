@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `sluice train` with 1 stage (AdamW), 2 stages (AdamW) and 2 stages x 2
 # data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), each
-# also with the zero-bubble schedule zb-h1 for the 2-stage runs, same seed
+# also with the zero-bubble schedule zb-h1 for the 2-stage runs, and 2 ranks
+# interleaved (2 stages each), same seed
 # and global batch, write the same per-step losses to metrics.jsonl, to a
 # relative 1e-5: compiled graphs of different cuts, and gradient averages over
 # replicas, round differently (see EquivalenceTest and DistAdamTest).
@@ -16,6 +17,8 @@ train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pi
 # Zero-bubble: backward split into input and weight gradients, weight gradients
 # deferred (DistAdam's hooks fire in the deferred half).
 train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
+# Interleaved 1F1B: 2 ranks x 2 stages each (the graph cut into 4 pieces).
+train inter --set pipeline.stages=2 --set pipeline.schedule=interleaved
 train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
@@ -31,9 +34,12 @@ read -r measured predicted < <(sed -n 's/.*stage 1 measured_peak_bytes=\([0-9]*\
   "$TMP/zb/logs/rank_1.log" | head -1)
 [ -n "$predicted" ] && [ "$measured" -le "$predicted" ] ||
   fail "zb-h1 stage 1 measured peak $measured bytes above the predicted $predicted"
+compare_losses "$TMP/one" "$TMP/inter" 10
+grep -q "schedule.*interleaved, 2 stages per rank" "$TMP/inter/logs/rank_0.log" || fail "the inter run did not interleave"
+grep -q "stage 3: nodes" "$TMP/inter/logs/rank_1.log" || fail "rank 1 of the inter run does not host stage 3"
 compare_losses "$TMP/one" "$TMP/auto" 10
-grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms" "$TMP/auto.out" ||
+grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: 1-stage, 2-stage, 2x2 and zb-h1 (2-stage, 2x2) losses agree"
+echo "ok: 1-stage, 2-stage, 2x2, zb-h1 (2-stage, 2x2) and interleaved (2 x 2 stages) losses agree"
