@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/schedules: the quickstart GPT (global batch 16) on 2 stages x 1 thread
-# under each pipeline schedule, against plain PyTorch eager in one process
+# under each pipeline schedule (interleaved: 2 stages per rank), against plain PyTorch eager in one process
 # with 2 intra-op threads on the same model and batch (bench/eager_torch.py),
 # in paired rounds: every round runs every configuration once, in the same
 # order, and each ratio is taken within a round. Prints per-configuration
@@ -17,7 +17,7 @@ py=/usr/bin/python3
 $py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs python3-torch (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-configs=("1f1b 4" "zb-h1 4" "gpipe 4" "1f1b 8" "zb-h1 8")
+configs=("1f1b 4" "zb-h1 4" "interleaved 4" "gpipe 4" "1f1b 8" "zb-h1 8" "interleaved 8")
 sluice_run() {  # schedule microbatches -> median step time
   local out="$tmp/$1_$2"
   rm -rf "$out"
