@@ -49,7 +49,7 @@ struct BoundSum {
 
 // The three ways a stage may free memory (Note [freeing variants]): they
 // differ in the bound they must fit (the swap window; recompute chains).
-enum class Variant { Recompute, Swap, Both };
+enum class Variant { Keep, Recompute, Swap, Both };
 
 // What a stage [first, end) holds and needs, accumulated one node at a time.
 struct StageSums {
@@ -106,12 +106,13 @@ struct StageSums {
   int64_t excess(const Problem& p, int k, int end, Variant v, int64_t savedBytes) const {
     const bool last = end == p.numNodes();
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
-    const int64_t nodes = v == Variant::Swap ? plain.bound() : chained.bound();
+    const int64_t nodes = v == Variant::Swap || v == Variant::Keep ? plain.bound() : chained.bound();
     const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) +
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
     return staticBytes(p) + inFlight(p, k) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
-           p.weightGradBytes(k, first, end) + (v == Variant::Recompute ? 0 : p.window()) - p.budgetBytes;
+           p.weightGradBytes(k, first, end) + (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
+           p.budgetBytes;
   }
   int64_t need(const Problem& p, int k, int end, Variant v) const {
     return unitsFor(excess(p, k, end, v, saved), inFlight(p, k), memoryUnit(p));
@@ -124,7 +125,11 @@ struct StageSums {
   }
 };
 
-// Note [freeing variants]: a stage that only recomputes needs no swap window;
+// Note [freeing variants]: a stage that frees nothing (Keep) needs neither a
+// swap window nor recompute's longer spans: when that fits, keeping everything
+// is optimal (freeing only adds time), even where the Recompute variant's
+// bound, which holds for every recompute choice, would not fit with nothing
+// freed. A stage that only recomputes needs no swap window;
 // one that only swaps reads nothing back early (its spans end at the last
 // reader); one that does both pays both. Each variant is a knapsack of its
 // own with its own need, and a stage takes the cheapest that fits. Every
@@ -209,7 +214,7 @@ struct StageKnapsacks {
   }
   // Least extra seconds (recompute + swap stall) for stage k ending at `end`; +inf if it cannot fit.
   double best(const Problem& p, const StageSums& s, int k, int end) const {
-    if (p.budgetBytes <= 0) return 0;
+    if (p.budgetBytes <= 0 || s.need(p, k, end, Variant::Keep) == 0) return 0;
     const int64_t needRecompute = s.need(p, k, end, Variant::Recompute);
     if (needRecompute == 0) return 0;
     double best = kInf;
@@ -392,7 +397,8 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
   auto sums = ctx.sums(first);
   std::vector<KnapsackItem> items;
   for (int j = first; j < end; ++j) ctx.grow(sums, j, &items);
-  if (p.budgetBytes <= 0 || sums.need(p, stage, end, Variant::Recompute) == 0) {
+  if (p.budgetBytes <= 0 || sums.need(p, stage, end, Variant::Keep) == 0 ||
+      sums.need(p, stage, end, Variant::Recompute) == 0) {
     return evaluateStage(p, stage, first, end, {});
   }
   // Each variant with its choices read back; the cheapest that fits wins.

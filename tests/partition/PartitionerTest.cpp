@@ -1,5 +1,6 @@
-// The partitioner against exhaustive search on the same cost model, and on a
-// 5,000-node chain. No timing is asserted (bench/partition.sh reports it).
+// The partitioner against exhaustive search on the same cost model (with
+// GPipe's, 1F1B's, ZB-H1's and interleaved 1F1B's in-flight micro-batches per
+// stage), and on a 5,000-node chain. No timing is asserted (bench/partition.sh reports it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "core/Error.h"
 #include "partition/Partitioner.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice::partition {
 namespace {
@@ -68,6 +70,14 @@ Problem randomProblem(std::mt19937& rng) {
   for (int c = 1; c < n; ++c) {
     p.cutBytes[c] = uni(1, 100000);
     p.validCut[c] = uni(0, 5) != 0;
+  }
+  // Schedules with their own in-flight counts per stage (as makeProblem sets
+  // them): ZB-H1, and interleaved 1F1B (4 stages on 2 ranks).
+  const int schedule = uni(0, 2);
+  if (schedule == 1) p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeZeroBubbleH1(p.stages, p.microBatches));
+  if (schedule == 2 && p.stages == 4) {
+    p.microBatches = 2 * uni(1, 4);
+    p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeInterleaved1F1B(2, 2, p.microBatches));
   }
   // Budgets around what an equal-node split needs with everything kept, so
   // that some instances fit easily, some must free tensors, some cannot fit.
@@ -149,7 +159,9 @@ TEST(Partitioner, MatchesBruteForceOnRandomChains) {
     auto p = randomProblem(rng);
     const double expected = bruteForce(p);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(p.numNodes()) + " nodes, " +
-                 std::to_string(p.stages) + " stages, budget " + std::to_string(p.budgetBytes));
+                 std::to_string(p.stages) + " stages, budget " + std::to_string(p.budgetBytes) +
+                 (p.inFlightPerStage.empty() ? ", 1f1b/gpipe" : ", in flight from the schedule: " +
+                                                                   std::to_string(p.inFlightPerStage[0])));
     if (std::isinf(expected)) {
       EXPECT_THROW(partitionOptimal(p), PlanError);
       ++infeasible;
