@@ -245,11 +245,13 @@ void Trainer::buildStage() {
     for (auto& t : setup_.tensorsByName(paramNames_)) savedBytes_->exclude(t);
     worker_->measureSavedBytes(savedBytes_.get());
   }
-  for (auto& stage : stages_) {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const auto& stage = stages_[i];
+    const auto stageParams = worker_->stage(i).trainableParameters();
     log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
-              std::to_string(stage.endNode) + "), " + std::to_string(stage.paramInputs.size()) +
-              " parameter and buffer tensors (" + formatBytes(tensorBytes(setup_.tensorsByName(stage.paramInputs))) +
-              "), " + std::to_string(stage.boundaryInputs.size()) + " boundary inputs, " +
+              std::to_string(stage.endNode) + "), " + std::to_string(stageParams.size()) + " parameter tensors (" +
+              formatBytes(tensorBytes(stageParams)) + "), " + std::to_string(stage.boundaryInputs.size()) +
+              " boundary inputs, " +
               std::to_string(stage.outputs.size()) + " outputs" +
               (stages_.size() > 1 ? " (on pipeline rank " + std::to_string(stageIndex_) + ")" : ""));
   }

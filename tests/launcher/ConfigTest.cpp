@@ -117,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "model.inputs=[{name: x, shape: [8], dtype: int64}]", "model.targets={shape: [8], dtype: int64}",
                   "model.loss=hinge"}, nullptr, "model.loss must be cross_entropy, mse or none"},
         Malformed{"cuts vs stages", {"pipeline.cuts=[10, 20]"}, nullptr,
-                  "pipeline.cuts lists 2 cuts but pipeline.stages (2) needs stages - 1 = 1"},
+                  "pipeline.cuts lists 2 cuts but pipeline.stages (2) needs 1"},
         Malformed{"decreasing cuts", {"pipeline.stages=3", "pipeline.cuts=[20, 10]"}, nullptr,
                   "pipeline.cuts must be increasing"},
         Malformed{"missing data path", {"data.name=text", "model.vocab_size=256", "data.path=/no/such/corpus"}, nullptr,
