@@ -702,6 +702,9 @@ void Trainer::report() {
                 static_cast<long long>(mbsTimed), static_cast<long long>(warmSteps_));
   log::info(buf);
   int64_t predicted = 0;
+  double predictedCompute = 0;  // seconds per micro-batch, the rank's stages
+  const double measuredCompute =
+      (ct.forwardSeconds - warm_.forwardSeconds + ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed;
   if (plan_) {
     partition::PlanStage ps;  // this rank's stages together
     int64_t savedPeak = 0;
@@ -716,6 +719,7 @@ void Trainer::report() {
       ps.keptBytes += one.keptBytes;
       predicted += one.peakBytes;
       savedPeak += one.inFlight * one.keptBytes;
+      predictedCompute += one.forward + one.backward + one.loss + one.recompute + one.swap;
     }
     std::snprintf(buf, sizeof(buf),
                   "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f, "
@@ -748,10 +752,34 @@ void Trainer::report() {
                   s.recomputeSeconds);
     log::info(buf);
   }
-  // Rank 0: the per-stage table, predicted next to measured.
-  auto mine = torch::tensor({static_cast<int64_t>(stage.index), modelPeak_, predicted, resident}, torch::kInt64);
-  auto all = torch::zeros({4 * world_.size()}, torch::kInt64);
+  // Rank 0: the per-stage tables, predicted next to measured (compute in us).
+  constexpr int kColumns = 6;
+  auto mine = torch::tensor({static_cast<int64_t>(stage.index), modelPeak_, predicted, resident,
+                             static_cast<int64_t>(std::llround(1e6 * measuredCompute)),
+                             static_cast<int64_t>(std::llround(1e6 * predictedCompute))},
+                            torch::kInt64);
+  auto all = torch::zeros({kColumns * world_.size()}, torch::kInt64);
   world_.allGather(mine, all);
+  auto percentOff = [](double meas, double pred) {
+    return pred > 0 ? std::to_string(static_cast<int>(std::lround(100.0 * (meas - pred) / pred))) + "%"
+                    : std::string("-");
+  };
+  if (rank_ == 0 && plan_) {
+    // What the cost model's stage times are checked against (issue: within 10%).
+    std::ostringstream os;
+    os << "compute per micro-batch per rank (forward + backward + loss, after " << warmSteps_
+       << " warm-up steps; predicted: the plan's cost model, with recompute and swap stall)\n";
+    std::snprintf(buf, sizeof(buf), "%5s %6s %12s %12s %8s\n", "rank", "stage", "measured ms", "predicted ms", "error");
+    os << buf;
+    auto a = all.view({world_.size(), kColumns});
+    for (int r = 0; r < world_.size(); ++r) {
+      const double meas = a[r][4].item<int64_t>() / 1e3, pred = a[r][5].item<int64_t>() / 1e3;
+      std::snprintf(buf, sizeof(buf), "%5d %6lld %12.3f %12.3f %8s\n", r, static_cast<long long>(a[r][0].item<int64_t>()),
+                    meas, pred, percentOff(meas, pred).c_str());
+      os << buf;
+    }
+    log::info(os.str());
+  }
   if (rank_ == 0) {
     std::ostringstream os;
     os << "memory per rank (model peak: counting allocator, less " << formatBytes(otherBytes_)
@@ -759,11 +787,10 @@ void Trainer::report() {
     std::snprintf(buf, sizeof(buf), "%5s %6s %14s %14s %8s %14s\n", "rank", "stage", "measured", "predicted", "error",
                   "resident");
     os << buf;
-    auto a = all.view({world_.size(), 4});
+    auto a = all.view({world_.size(), kColumns});
     for (int r = 0; r < world_.size(); ++r) {
       const int64_t meas = a[r][1].item<int64_t>(), pred = a[r][2].item<int64_t>();
-      const std::string err =
-          pred > 0 ? std::to_string(static_cast<int>(std::lround(100.0 * (meas - pred) / pred))) + "%" : "-";
+      const std::string err = percentOff(static_cast<double>(meas), static_cast<double>(pred));
       std::snprintf(buf, sizeof(buf), "%5d %6lld %14s %14s %8s %14s\n", r, static_cast<long long>(a[r][0].item<int64_t>()),
                     formatBytes(meas).c_str(), pred > 0 ? formatBytes(pred).c_str() : "-", err.c_str(),
                     formatBytes(a[r][3].item<int64_t>()).c_str());

@@ -37,6 +37,9 @@ read -r measured predicted < <(sed -n 's/.*stage 1 measured_peak_bytes=\([0-9]*\
 compare_losses "$TMP/one" "$TMP/inter" 10
 grep -q "schedule.*interleaved, 2 stages per rank" "$TMP/inter/logs/rank_0.log" || fail "the inter run did not interleave"
 grep -q "stage 3: nodes" "$TMP/inter/logs/rank_1.log" || fail "rank 1 of the inter run does not host stage 3"
+# Every planned run ends with the cost model's compute per rank next to the measured one.
+[ "$(grep -A3 "compute per micro-batch per rank" "$TMP/inter/logs/rank_0.log" | grep -cE "^ +[01] +[01] +[0-9.]+ +[0-9.]+ +-?[0-9]+%")" -eq 2 ] ||
+  fail "the inter run did not print predicted vs measured compute for both ranks"
 compare_losses "$TMP/one" "$TMP/auto" 10
 grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
