@@ -106,7 +106,22 @@ void OpGraph::buildIndex() {
     }
   }
   for (auto* node : graph_->nodes()) {
-    for (auto* out : node->outputs()) values_[out->debugName()] = infoOf(out);
+    // Note [requires grad by dataflow]: the tracer's types do not always say
+    // that a value requires grad (e.g. the convolution feeding a training-mode
+    // BatchNorm); a floating tensor made from anything that requires grad
+    // does. Stage boundaries exchange gradients by this flag, so missing it
+    // would silently cut the gradient at a cut; having it where the op is not
+    // differentiable only sends a zero gradient back.
+    bool gradIn = false;
+    for (auto* in : node->inputs()) {
+      auto it = values_.find(in->debugName());
+      gradIn = gradIn || (it != values_.end() && it->second.requiresGrad);
+    }
+    for (auto* out : node->outputs()) {
+      auto info = infoOf(out);
+      if (gradIn && info.isTensor && c10::isFloatingType(info.dtype)) info.requiresGrad = true;
+      values_[out->debugName()] = info;
+    }
     if (isConstantLike(node)) continue;
     OpNode op;
     op.index = static_cast<int>(nodes_.size());

@@ -296,8 +296,8 @@ void validate(Config& c) {
           "pipeline.chunks = " + std::to_string(p.chunks) +
               " (stages per rank) needs pipeline.schedule: interleaved (or auto), got '" + p.schedule + "'");
   if (p.chunks == 0) {
-    const bool canInterleave = p.stages >= 2 && p.microbatches % p.stages == 0 && c.training.evalInterval == 0 &&
-                               c.memory.policy != "full_recompute";
+    const bool canInterleave =
+        p.stages >= 2 && p.microbatches % p.stages == 0 && c.memory.policy != "full_recompute";
     p.chunks = interleaved || (autoSchedule && canInterleave) ? 2 : 1;
   }
   if (p.chunks > 1) {
@@ -308,9 +308,6 @@ void validate(Config& c) {
             who + " takes micro-batches pipeline.stages at a time: pipeline.microbatches (" +
                 std::to_string(p.microbatches) + ") must be a multiple of pipeline.stages (" +
                 std::to_string(p.stages) + ")");
-    require(c.training.evalInterval == 0,
-            "training.eval_interval does not run with interleaved stages yet: set it to 0, or use pipeline.schedule "
-            "1f1b");
   }
   if (!p.cuts.empty()) {
     const int pieces = p.stages * (interleaved ? p.chunks : 1);

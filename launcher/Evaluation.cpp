@@ -33,16 +33,20 @@ std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const st
 
 Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph,
                      const std::vector<int>& cuts, int stageIndex, int dpRank, Communicator pipelineComm,
-                     Communicator dpComm)
+                     Communicator dpComm, int chunks, std::vector<Communicator> boundaryComms)
     : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), classifier_(!setup.targetsAreInputs), dpComm_(std::move(dpComm)) {
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
-  auto stage = stages.at(stageIndex);
   data_ = std::make_unique<data::FashionMnist>(config.data.path, config.data.evalSplit, config.job.seed);
-  worker_ = std::make_unique<pipeline::StageWorker>(
-      stage, setup.tensorsByName(stage.paramInputs), std::move(pipelineComm),
-      pipeline::makeSchedule("gpipe", config.pipeline.stages, 1), setup.loss, ExecMode::Eager);
+  // Only the stage-to-rank map of the schedule matters here (evaluate() runs no schedule).
+  const int p = config.pipeline.stages;
+  const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeSchedule("gpipe", p, 1);
+  for (size_t s = stageIndex; s < stages.size(); s += p) {
+    workers_.push_back(std::make_unique<pipeline::StageWorker>(stages[s], setup.tensorsByName(stages[s].paramInputs),
+                                                               pipelineComm, schedule, setup.loss, ExecMode::Eager,
+                                                               boundaryComms));
+  }
 }
 
 EvalResult Evaluator::run() {
@@ -55,7 +59,10 @@ EvalResult Evaluator::run() {
     auto b = data_->slice(j * mbs, (j + 1) * mbs);
     mine.push_back({b.input, b.target});
   }
-  const auto sums = worker_->evaluate(mine, classifier_);
+  pipeline::EvalSums sums;
+  for (size_t mb = 0; mb < mine.size(); ++mb) {
+    for (auto& w : workers_) w->evaluateMicroBatch(mine[mb], static_cast<int>(mb), classifier_, sums);
+  }
   EvalResult r;
   if (stageIndex_ != c_.pipeline.stages - 1) return r;
   auto t = torch::tensor({sums.loss, sums.correct, sums.samples}, torch::kDouble);

@@ -46,8 +46,12 @@ struct EvalResult {
 
 class Evaluator {
  public:
+  // cuts: the training split (every stage of every rank); chunks: stages per
+  // rank (interleaved: stages stageIndex, stageIndex + stages, ..., talking
+  // on boundaryComms as in training, StageWorker.h).
   Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph, const std::vector<int>& cuts,
-            int stageIndex, int dpRank, Communicator pipelineComm, Communicator dpComm);
+            int stageIndex, int dpRank, Communicator pipelineComm, Communicator dpComm, int chunks = 1,
+            std::vector<Communicator> boundaryComms = {});
   EvalResult run();
 
  private:
@@ -56,7 +60,7 @@ class Evaluator {
   bool classifier_;  // accuracy too (not when the model returns its own loss)
   Communicator dpComm_;
   std::unique_ptr<data::FashionMnist> data_;
-  std::unique_ptr<pipeline::StageWorker> worker_;
+  std::vector<std::unique_ptr<pipeline::StageWorker>> workers_;  // this rank's stages, in model order
 };
 
 }  // namespace sluice

@@ -237,7 +237,8 @@ void Trainer::buildStage() {
   }
   worker_ = std::make_unique<pipeline::RankWorker>(std::move(workers));
   if (c_.training.evalInterval > 0) {
-    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_);
+    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_,
+                                             chunks_, boundaryComms_);
   }
   auto params = worker_->trainableParameters();
   if (c_.logging.measureMemory && !memoryOf(*worker_)) {

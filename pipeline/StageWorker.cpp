@@ -163,32 +163,34 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
 }
 
 EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool classifier) {
-  torch::NoGradGuard noGrad;
   EvalSums sums;
-  const size_t nIn = stage_.boundaryInputs.size();
-  for (size_t mb = 0; mb < microBatches.size(); ++mb) {
-    CommActivity activity("evaluation, micro-batch " + std::to_string(mb));
-    std::vector<torch::Tensor> in;
-    if (isFirst()) {
-      in = firstStageInputs(microBatches[mb]);
-    } else {
-      for (size_t i = 0; i < nIn; ++i) {
-        in.push_back(prevComm_.recv(specOf(stage_.boundaryInputs[i]), prevRank_, static_cast<int>(i)).tensor);
-      }
-    }
-    in.insert(in.end(), params_.begin(), params_.end());
-    auto outputs = module_.forward(in);
-    if (!isLast()) {
-      for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(outputs[i], nextRank_, static_cast<int>(i));
-      continue;
-    }
-    const auto& target = microBatches[mb].target;
-    const double rows = static_cast<double>(target.size(0));
-    sums.loss += hostsync::read<double>(lossFn_(outputs.at(0), target)) * rows;
-    if (classifier) sums.correct += hostsync::read<double>(outputs.at(0).argmax(-1).eq(target).sum());
-    sums.samples += rows;
-  }
+  for (size_t mb = 0; mb < microBatches.size(); ++mb) evaluateMicroBatch(microBatches[mb], static_cast<int>(mb), classifier, sums);
   return sums;
+}
+
+void StageWorker::evaluateMicroBatch(const MicroBatch& data, int mb, bool classifier, EvalSums& sums) {
+  torch::NoGradGuard noGrad;
+  const size_t nIn = stage_.boundaryInputs.size();
+  CommActivity activity("evaluation, micro-batch " + std::to_string(mb) + ", stage " + std::to_string(stage_.index));
+  std::vector<torch::Tensor> in;
+  if (isFirst()) {
+    in = firstStageInputs(data);
+  } else {
+    for (size_t i = 0; i < nIn; ++i) {
+      in.push_back(prevComm_.recv(specOf(stage_.boundaryInputs[i]), prevRank_, static_cast<int>(i)).tensor);
+    }
+  }
+  in.insert(in.end(), params_.begin(), params_.end());
+  auto outputs = module_.forward(in);
+  if (!isLast()) {
+    for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(outputs[i], nextRank_, static_cast<int>(i));
+    return;
+  }
+  const auto& target = data.target;
+  const double rows = static_cast<double>(target.size(0));
+  sums.loss += hostsync::read<double>(lossFn_(outputs.at(0), target)) * rows;
+  if (classifier) sums.correct += hostsync::read<double>(outputs.at(0).argmax(-1).eq(target).sum());
+  sums.samples += rows;
 }
 
 std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> StageWorker::backwardRoots(InFlight& st) const {

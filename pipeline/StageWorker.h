@@ -116,6 +116,12 @@ class StageWorker {
   // For evaluation with a graph captured in eval mode; the loss is
   // lossFn(output, target) per micro-batch, unscaled.
   EvalSums evaluate(const std::vector<MicroBatch>& microBatches, bool classifier);
+  // One micro-batch of evaluate(), adding to `sums` (last stage). With several
+  // stages per rank, call it micro-batch by micro-batch for each of the
+  // rank's stages in model order: every rank then waits only on work that
+  // comes earlier in (micro-batch, stage) order, so blocking messages cannot
+  // deadlock.
+  void evaluateMicroBatch(const MicroBatch& data, int microBatch, bool classifier, EvalSums& sums);
 
   // Parameters (not buffers) this stage updates.
   std::vector<torch::Tensor> trainableParameters() const;

@@ -5,7 +5,8 @@
 # with full recompute (BatchNorm replayed in backward) has bitwise the same
 # losses and evaluation as keeping everything (the replay leaves the running
 # statistics alone); 2 stages x 2 replicas evaluate every held-out sample
-# once between them. Bad inputs: a data.path without the IDX files,
+# once between them; interleaved (2 x 2 stages) trains and evaluates like
+# 2 stages. Bad inputs: a data.path without the IDX files,
 # evaluation without a held-out split, a CNN on text: a clear error, a
 # non-zero exit, nothing written.
 source "$(dirname "$0")/lib.sh"
@@ -34,6 +35,16 @@ cmp <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/keep/metrics.
   fail "full recompute changed the losses or the evaluation (BatchNorm statistics updated twice?)"
 [ "$(eval_line keep | wc -l)" -eq 2 ] || fail "expected evaluations after steps 10 and 20"
 echo "ok: full recompute: 20 losses and 2 evaluations bitwise equal to keeping everything"
+
+# Interleaved 1F1B (2 ranks x 2 stages): the same losses and evaluations as 2 stages (BatchNorm statistics in
+# micro-batch order on every stage; evaluation micro-batch by micro-batch through each rank's stages).
+train inter "${run[@]}" --set memory.policy=none --set pipeline.schedule=interleaved
+grep -q "interleaved, 2 stages per rank" "$TMP/inter/logs/rank_0.log" || fail "the inter run did not interleave"
+paste <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/keep/metrics.jsonl") \
+      <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/inter/metrics.jsonl") |
+  awk '{ a = $2 + 0; b = $4 + 0; d = a - b; if (d < 0) d = -d; s = a < 0 ? -a : a; if ($1 != $3 || d > 1e-5 * s + 1e-12) bad = 1; n++ }
+       END { exit bad || n != 24 }' || fail "interleaved changed the losses or the evaluation"
+echo "ok: interleaved (2 x 2 stages): 20 losses and 2 evaluations equal to 2 stages"
 
 train dp "${run[@]}" --set pipeline.data_parallel=2 --set optimizer.name=dist_adam --set pipeline.microbatches=2
 eval_line dp | grep -q '"eval_samples": 512}' || { eval_line dp; fail "2 replicas did not evaluate all 512 samples"; }

@@ -5,6 +5,7 @@
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/StageModule.h"
+#include "models/Cnn.h"
 #include "tests/TestUtil.h"
 
 namespace sluice {
@@ -87,6 +88,30 @@ TEST(Split, FourStagesEqualWholeGraphIncludingGradients) {
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_TRUE(torch::allclose(params[i].grad(), refGrads[i], 1e-4, 1e-6)) << "param " << i;
   }
+}
+
+// Note [requires grad by dataflow]: every floating value computed from the
+// parameters requires grad, whatever the tracer's types say, so every cut
+// sends gradients back. A CNN in training mode is the case where the traced
+// type of a convolution feeding BatchNorm lacks the flag (a 2-stage run cut
+// after the second convolution then trained stage 0 with no gradient).
+TEST(Split, EveryFloatValueMadeFromParametersRequiresGrad) {
+  torch::manual_seed(0);
+  models::CnnOptions o;
+  o.channels = {4, 8};
+  models::Cnn cnn(o);
+  cnn->train();
+  auto image = torch::zeros({2, 1, 28, 28});
+  auto g = capture(*cnn, [&](const std::vector<torch::Tensor>& in) { return cnn->forward(in[0]); }, {{"image", image}});
+  int checked = 0;
+  for (int c : g.validCuts()) {
+    for (auto& v : g.liveAcross(c)) {
+      if (!v.isTensor || !c10::isFloatingType(v.dtype) || v.name == g.inputs().at(0).value.name) continue;
+      EXPECT_TRUE(v.requiresGrad) << "value " << v.name << " live across cut " << c << "\n" << g.toString();
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
 }
 
 TEST(Split, CutThatWouldSendAListIsRejected) {
