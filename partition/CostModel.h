@@ -34,7 +34,9 @@
 //   held    = boundary inputs (X_first; the data input on stage 0) + kept
 //             freeable storages + the loss's saved tensors on the last stage;
 //   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
-//             count for ZB-H1 (activations held until the weight gradient),
+//             count for interleaved 1F1B (per stage; a rank's stages share
+//             its budget equally, Plan.h) and for ZB-H1 (activations held
+//             until the weight gradient),
 //             which also adds its weight-pending micro-batches' output
 //             gradients (Problem::weightGradPrefix; an upper bound: the input
 //             gradient's own saved tensors are freed by then);
@@ -111,7 +113,8 @@ struct Problem {
   int stages = 1;
   int microBatches = 1;
   bool gpipe = false;              // else 1F1B
-  // When set (split-backward schedules, zb-h1): each stage's peak micro-batches
+  // When set (zb-h1, interleaved: schedules other than GPipe and 1F1B; there
+  // `stages` counts every stage of every rank): each stage's peak micro-batches
   // in flight, from the schedule itself (pipeline::peakInFlight).
   std::vector<int> inFlightPerStage;
   // With it: each stage's peak micro-batches between BackwardInput and
