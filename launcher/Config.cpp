@@ -313,7 +313,7 @@ void validate(Config& c) {
     const int pieces = p.stages * (interleaved ? p.chunks : 1);
     require(static_cast<int>(p.cuts.size()) == pieces - 1,
             "pipeline.cuts lists " + std::to_string(p.cuts.size()) + " cuts but pipeline.stages (" +
-                std::to_string(p.stages) + ")" + (p.chunks > 1 ? " x pipeline.chunks (" + std::to_string(p.chunks) + ")" : "") +
+                std::to_string(p.stages) + ")" + (pieces > p.stages ? " x pipeline.chunks (" + std::to_string(p.chunks) + ")" : "") +
                 " needs " + std::to_string(pieces - 1));
     for (size_t i = 0; i < p.cuts.size(); ++i) {
       require(p.cuts[i] >= 1 && (i == 0 || p.cuts[i] > p.cuts[i - 1]),

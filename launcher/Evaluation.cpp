@@ -39,7 +39,7 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
   data_ = std::make_unique<data::FashionMnist>(config.data.path, config.data.evalSplit, config.job.seed);
-  // Only the stage-to-rank map of the schedule matters here (evaluate() runs no schedule).
+  // Only the stage-to-rank map of the schedule matters here (evaluateMicroBatch() runs no schedule).
   const int p = config.pipeline.stages;
   const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeSchedule("gpipe", p, 1);
   for (size_t s = stageIndex; s < stages.size(); s += p) {

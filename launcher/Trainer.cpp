@@ -683,13 +683,10 @@ void Trainer::report() {
     }
   }
   // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
-  struct {
-    int index;
-  } stage{stageIndex_};
   const auto sm = worker_->metrics();
   char buf[400];
   std::snprintf(buf, sizeof(buf), "stage %d %s: %lld compiles, %lld cache hits, compile %.3f s, execute %.3f s",
-                stage.index, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
+                stageIndex_, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
   log::info(buf);
   const auto ct = worker_->computeTimes();
@@ -698,7 +695,7 @@ void Trainer::report() {
   std::snprintf(buf, sizeof(buf),
                 "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after "
                 "%lld warm-up steps)",
-                stage.index, 1e3 * (ct.forwardSeconds - warm_.forwardSeconds) / mbsTimed,
+                stageIndex_, 1e3 * (ct.forwardSeconds - warm_.forwardSeconds) / mbsTimed,
                 1e3 * (ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed,
                 static_cast<long long>(mbsTimed), static_cast<long long>(warmSteps_));
   log::info(buf);
@@ -725,13 +722,13 @@ void Trainer::report() {
     std::snprintf(buf, sizeof(buf),
                   "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f, "
                   "recompute %.3f, swap stall %.3f), saved activations peak %lld bytes (%d in flight x %lld kept)",
-                  stage.index, 1e3 * (ps.forward + ps.backward + ps.loss + ps.recompute + ps.swap), 1e3 * ps.forward,
+                  stageIndex_, 1e3 * (ps.forward + ps.backward + ps.loss + ps.recompute + ps.swap), 1e3 * ps.forward,
                   1e3 * ps.backward, 1e3 * ps.loss, 1e3 * ps.recompute, 1e3 * ps.swap,
                   static_cast<long long>(savedPeak), ps.inFlight, static_cast<long long>(ps.keptBytes));
     log::info(buf);
   }
   if (savedBytes_) {
-    log::info("stage " + std::to_string(stage.index) + " saved activations: peak " +
+    log::info("stage " + std::to_string(stageIndex_) + " saved activations: peak " +
               std::to_string(savedBytes_->peakBytes()) + " bytes (" + formatBytes(savedBytes_->peakBytes()) + ")");
   }
   const int64_t resident = memory::residentPeakBytes();
@@ -739,7 +736,7 @@ void Trainer::report() {
   std::snprintf(buf, sizeof(buf),
                 "memory: stage %d measured_peak_bytes=%lld predicted_peak_bytes=%lld outside_model_bytes=%lld "
                 "resident_peak_bytes=%lld",
-                stage.index, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
+                stageIndex_, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
                 static_cast<long long>(otherBytes_), static_cast<long long>(resident));
   log::info(buf);
   if (const auto* mem = memoryOf(*worker_)) {
@@ -747,7 +744,7 @@ void Trainer::report() {
     std::snprintf(buf, sizeof(buf),
                   "stage %d memory plan: swapped %s (%lld writes, %lld reads, %lld not prefetched in time), swap stall "
                   "%.3f s; recomputed %s in %lld re-runs, %.3f s",
-                  stage.index, formatBytes(s.swappedBytes).c_str(), static_cast<long long>(s.swap.writes),
+                  stageIndex_, formatBytes(s.swappedBytes).c_str(), static_cast<long long>(s.swap.writes),
                   static_cast<long long>(s.swap.reads), static_cast<long long>(s.swap.demandReads),
                   s.swap.stallSeconds, formatBytes(s.recomputedBytes).c_str(), static_cast<long long>(s.recomputes),
                   s.recomputeSeconds);
@@ -755,7 +752,7 @@ void Trainer::report() {
   }
   // Rank 0: the per-stage tables, predicted next to measured (compute in us).
   constexpr int kColumns = 6;
-  auto mine = torch::tensor({static_cast<int64_t>(stage.index), modelPeak_, predicted, resident,
+  auto mine = torch::tensor({static_cast<int64_t>(stageIndex_), modelPeak_, predicted, resident,
                              static_cast<int64_t>(std::llround(1e6 * measuredCompute)),
                              static_cast<int64_t>(std::llround(1e6 * predictedCompute))},
                             torch::kInt64);

@@ -162,12 +162,6 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
   ++times_.forwards;
 }
 
-EvalSums StageWorker::evaluate(const std::vector<MicroBatch>& microBatches, bool classifier) {
-  EvalSums sums;
-  for (size_t mb = 0; mb < microBatches.size(); ++mb) evaluateMicroBatch(microBatches[mb], static_cast<int>(mb), classifier, sums);
-  return sums;
-}
-
 void StageWorker::evaluateMicroBatch(const MicroBatch& data, int mb, bool classifier, EvalSums& sums) {
   torch::NoGradGuard noGrad;
   const size_t nIn = stage_.boundaryInputs.size();

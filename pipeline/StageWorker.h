@@ -110,17 +110,15 @@ class StageWorker {
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
   torch::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
 
-  // Forward only, no autograd graph, no saved tensors: micro-batches in
-  // order, each stage receiving from the previous and sending to the next
-  // (blocking; call between steps, when no training message is in flight).
-  // For evaluation with a graph captured in eval mode; the loss is
-  // lossFn(output, target) per micro-batch, unscaled.
-  EvalSums evaluate(const std::vector<MicroBatch>& microBatches, bool classifier);
-  // One micro-batch of evaluate(), adding to `sums` (last stage). With several
-  // stages per rank, call it micro-batch by micro-batch for each of the
-  // rank's stages in model order: every rank then waits only on work that
-  // comes earlier in (micro-batch, stage) order, so blocking messages cannot
-  // deadlock.
+  // Forward only, no autograd graph, no saved tensors: one micro-batch,
+  // received from the previous stage and sent to the next (blocking; call
+  // between steps, when no training message is in flight), its sums added to
+  // `sums` on the last stage. For evaluation with a graph captured in eval
+  // mode; the loss is lossFn(output, target), unscaled. Call it for the
+  // micro-batches in order, and with several stages per rank micro-batch by
+  // micro-batch for each of the rank's stages in model order: every rank then
+  // waits only on work that comes earlier in (micro-batch, stage) order, so
+  // blocking messages cannot deadlock.
   void evaluateMicroBatch(const MicroBatch& data, int microBatch, bool classifier, EvalSums& sums);
 
   // Parameters (not buffers) this stage updates.
