@@ -4,6 +4,9 @@
 // node runs on detached copies of its inputs (leaves), so its forward and its
 // backward (torch::autograd::grad of its outputs w.r.t. those leaves) are
 // timed alone; times are medians over `iterations` runs after `warmup` runs.
+// Those isolated times give each node's weight-gradient share; the times the
+// profile keeps come, by default, from whole passes (partition/ContextTiming.h:
+// each node timed inside one forward and one backward of the whole graph).
 // Memory comes from one more forward of the whole graph, run as training runs
 // a stage (NodeProgram + StageMemory recording MemoryFacts): every storage
 // autograd saves, attributed to the node that created it (Note [storage
@@ -76,6 +79,10 @@ struct Profile {
 struct ProfileOptions {
   int warmup = 3;
   int iterations = 15;
+  // Node times from whole forward and backward passes (ContextTiming.h) rather
+  // than from each node run alone; the isolated pass still gives the memory
+  // facts and each node's weight-gradient share.
+  bool inContext = true;
 };
 
 // inputs: one tensor per graph input, in graph input order (data, params, buffers).

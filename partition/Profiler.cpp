@@ -3,15 +3,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "core/Error.h"
 #include "core/GraphSplit.h"
+#include "core/Log.h"
 #include "core/NodeProgram.h"
 #include "memory/CountingAllocator.h"
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
+#include "partition/ContextTiming.h"
 #include "partition/Profile.h"
 
 namespace sluice::partition {
@@ -21,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 using torch::jit::IValue;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string formatMs(double s) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(2) << s * 1e3 << " ms";
+  return o.str();
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -247,8 +257,24 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   for (int i = 0; i < g.numNodes(); ++i) {
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
-    profile.nodes[i].weightBackwardSeconds = weightShare[i] * profile.nodes[i].backwardSeconds;
     profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
+  }
+  if (options.inContext) {
+    // The times training will see (ContextTiming.h); the isolated pass still gives each node's weight share.
+    std::vector<int64_t> paramBytes(g.numNodes());
+    for (int i = 0; i < g.numNodes(); ++i) paramBytes[i] = profile.nodes[i].paramBytes;
+    const double isolatedForward = profile.totalForward(), isolatedBackward = profile.totalBackward();
+    auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations);
+    for (int i = 0; i < g.numNodes(); ++i) {
+      profile.nodes[i].forwardSeconds = context.forwardSeconds[i];
+      profile.nodes[i].backwardSeconds = context.backwardSeconds[i];
+    }
+    log::info("profile: forward " + formatMs(context.forwardWall) + " and backward " + formatMs(context.backwardWall) +
+              " in context; timed node by node alone they sum to " + formatMs(isolatedForward) + " and " +
+              formatMs(isolatedBackward));
+  }
+  for (int i = 0; i < g.numNodes(); ++i) {
+    profile.nodes[i].weightBackwardSeconds = weightShare[i] * profile.nodes[i].backwardSeconds;
   }
   return profile;
 }

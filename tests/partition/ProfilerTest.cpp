@@ -9,6 +9,7 @@
 
 #include "core/Error.h"
 #include "memory/SavedTensorHooks.h"
+#include "partition/ContextTiming.h"
 #include "partition/Profile.h"
 #include "partition/Segments.h"
 #include "tests/TestUtil.h"
@@ -214,6 +215,48 @@ TEST(Profiler, RoundTripAndRefusals) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, 5);
   EXPECT_THROW(Profile::load(path), GraphError);
   std::remove(path.c_str());
+}
+
+
+// In-context timing (ContextTiming.h): within one pass the node times add up
+// to the whole forward and backward measured around them (nothing lost,
+// nothing counted twice), every node whose backward the isolated pass timed
+// has backward time in context too (the sequence numbers of the autograd
+// functions found their forward node), and the model's own parameters get no
+// gradient from profiling.
+TEST(Profiler, InContextTimesAddUpAndFindEveryBackward) {
+  Fixture f;
+  auto& g = *f.graph;
+  auto inputs = graphInputs(g, *f.gpt, {f.tokens});
+  std::vector<int64_t> paramBytes;
+  for (auto& n : f.profile.nodes) paramBytes.push_back(n.paramBytes);
+  auto t = timeInContext(g, inputs, paramBytes, /*warmup=*/0, /*iterations=*/1);
+  ASSERT_EQ(static_cast<int>(t.forwardSeconds.size()), g.numNodes());
+  double forward = 0, backward = 0;
+  for (int i = 0; i < g.numNodes(); ++i) {
+    EXPECT_GE(t.forwardSeconds[i], 0.0);
+    EXPECT_GE(t.backwardSeconds[i], 0.0);
+    forward += t.forwardSeconds[i];
+    backward += t.backwardSeconds[i];
+  }
+  EXPECT_GT(t.forwardWall, 0.0);
+  EXPECT_GT(t.backwardWall, 0.0);
+  EXPECT_NEAR(forward, t.forwardWall, 1e-9 + 1e-9 * t.forwardWall);
+  EXPECT_NEAR(backward, t.backwardWall, 1e-9 + 1e-9 * t.backwardWall);
+  // The same profile, isolated pass only, says which nodes have a backward.
+  auto isolated = profileGraph(g, inputs, {0, 1, /*inContext=*/false});
+  int withBackward = 0;
+  for (int i = 0; i < g.numNodes(); ++i) {
+    if (isolated.nodes[i].backwardSeconds <= 0) {
+      // No autograd function, no parameter to accumulate into: nothing of the backward is this node's.
+      if (paramBytes[i] == 0) EXPECT_EQ(t.backwardSeconds[i], 0.0) << "node " << i << " " << g.nodes()[i].op;
+      continue;
+    }
+    ++withBackward;
+    EXPECT_GT(t.backwardSeconds[i], 0.0) << "node " << i << " " << g.nodes()[i].op;
+  }
+  EXPECT_GT(withBackward, 20);
+  for (auto& p : f.gpt->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
 }  // namespace

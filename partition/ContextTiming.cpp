@@ -1,0 +1,218 @@
+// timeInContext(): see ContextTiming.h.
+#include "partition/ContextTiming.h"
+
+#include <ATen/SequenceNumber.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/Error.h"
+#include "core/GraphSplit.h"
+#include "core/NodeProgram.h"
+
+namespace sluice::partition {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using torch::jit::IValue;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Where the backward callbacks write: one autograd function applied, by
+// sequence number. RecordFunction callbacks are plain function pointers, so
+// the sink is a global, set only while timeInContext runs a backward.
+struct BackwardSink {
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, double>> applied;  // (sequence number, seconds)
+};
+BackwardSink* gSink = nullptr;
+std::mutex gSinkOwner;  // one timeInContext at a time owns the callback
+
+struct StartTime : at::ObserverContext {
+  Clock::time_point t0 = Clock::now();
+};
+
+std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction&) { return std::make_unique<StartTime>(); }
+
+void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  if (!gSink || !ctx) return;
+  const double s = seconds(static_cast<StartTime*>(ctx)->t0, Clock::now());
+  std::lock_guard<std::mutex> lock(gSink->mutex);
+  gSink->applied.emplace_back(fn.seqNr(), s);
+}
+
+class ForwardTimer : public NodeObserver {
+ public:
+  explicit ForwardTimer(size_t positions) : seconds_(positions, 0), firstSeq_(positions, 0), endSeq_(positions, 0) {}
+  void beforeNode(int pos, const std::vector<IValue>&) override {
+    firstSeq_[pos] = at::sequence_number::peek();
+    t0_ = Clock::now();
+  }
+  void afterNode(int pos, const std::vector<IValue>&, const std::vector<IValue>&) override {
+    seconds_[pos] = seconds(t0_, Clock::now());
+    endSeq_[pos] = at::sequence_number::peek();
+  }
+  std::vector<double> seconds_;
+  std::vector<uint64_t> firstSeq_, endSeq_;  // node pos created autograd functions [first, end)
+
+ private:
+  Clock::time_point t0_;
+};
+
+void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const auto& t : v.toTensorList()) out.push_back(t);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) collectTensors(e, out);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) collectTensors(e, out);
+  }
+}
+
+// Spreads `extra` over `into` in proportion to `weights` (evenly when they sum to 0).
+void spread(double extra, const std::vector<double>& weights, std::vector<double>& into) {
+  double total = 0;
+  for (double w : weights) total += w;
+  for (size_t i = 0; i < into.size(); ++i) {
+    into[i] += total > 0 ? extra * weights[i] / total : extra / static_cast<double>(into.size());
+  }
+}
+
+}  // namespace
+
+ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
+                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations) {
+  SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
+               "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
+  const int n = g.numNodes();
+  auto whole = splitGraph(g, {}).at(0);
+  // Copies of the parameters as fresh leaves: the gradients must not land on the model's own .grad.
+  std::unordered_map<std::string, torch::Tensor> byName;
+  std::vector<torch::Tensor> data;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = g.inputs()[i];
+    if (in.kind == InputKind::Data) {
+      data.push_back(inputs[i]);
+    } else {
+      auto t = inputs[i].detach();
+      if (in.kind == InputKind::Parameter && t.is_floating_point()) t.requires_grad_(true);
+      byName[in.name] = t;
+    }
+  }
+  std::vector<IValue> stack(data.begin(), data.end());
+  for (auto& name : whole.paramInputs) stack.emplace_back(byName.at(name));
+  NodeProgram program(whole.graph);
+  const size_t positions = static_cast<size_t>(program.numNodes());
+
+  std::vector<double> paramWeight(n, 0);
+  for (int i = 0; i < n && i < static_cast<int>(nodeParamBytes.size()); ++i) paramWeight[i] = nodeParamBytes[i];
+
+  std::lock_guard<std::mutex> owner(gSinkOwner);
+  BackwardSink sink;
+  std::vector<std::vector<double>> fwd(n), bwd(n);
+  std::vector<double> forwardWall, backwardWall;
+  for (int run = 0; run < warmup + iterations; ++run) {
+    ForwardTimer timer(positions);
+    std::vector<torch::Tensor> outs;
+    const auto f0 = Clock::now();
+    auto result = program.run(stack, &timer);
+    const double fWall = seconds(f0, Clock::now());
+    for (auto& v : result) collectTensors(v, outs);
+    torch::autograd::edge_list roots;
+    std::vector<torch::Tensor> grads;
+    for (auto& t : outs) {
+      if (t.requires_grad()) {
+        roots.push_back(torch::autograd::impl::gradient_edge(t));
+        grads.push_back(torch::ones_like(t));
+      }
+    }
+    result.clear();
+    outs.clear();
+    sink.applied.clear();
+    double bWall = 0;
+    if (!roots.empty()) {
+      gSink = &sink;
+      auto handle = at::addGlobalCallback(
+          at::RecordFunctionCallback(&onStart, &onEnd).scopes({at::RecordScope::BACKWARD_FUNCTION}));
+      const auto b0 = Clock::now();
+      try {
+        torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
+                                                              /*create_graph=*/false, /*accumulate_grad=*/true);
+      } catch (...) {
+        at::removeCallback(handle);
+        gSink = nullptr;
+        throw;
+      }
+      bWall = seconds(b0, Clock::now());
+      at::removeCallback(handle);
+      gSink = nullptr;
+    }
+    if (run < warmup) continue;
+
+    // Forward: each node's own time, then the loop's overhead by those times.
+    std::vector<double> f(n, 0), b(n, 0);
+    // Sequence ranges per OpGraph node, for the backward's attribution.
+    std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
+    std::vector<uint64_t> ends(n, 0);
+    double fSum = 0;
+    for (size_t pos = 0; pos < positions; ++pos) {
+      const int node = whole.nodeIndex[pos];
+      if (node < 0) continue;
+      f[node] += timer.seconds_[pos];
+      fSum += timer.seconds_[pos];
+      if (timer.endSeq_[pos] > timer.firstSeq_[pos]) {
+        starts.emplace_back(timer.firstSeq_[pos], node);
+        ends[node] = timer.endSeq_[pos];
+      }
+    }
+    spread(std::max(0.0, fWall - fSum), std::vector<double>(f), f);
+    std::sort(starts.begin(), starts.end());
+    double accumulate = 0;
+    for (auto& [seq, s] : sink.applied) {
+      if (seq < 0) {
+        accumulate += s;
+        continue;
+      }
+      const auto useq = static_cast<uint64_t>(seq);
+      auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n));
+      if (it == starts.begin()) continue;
+      --it;
+      if (useq < ends[it->second]) b[it->second] += s;
+    }
+    double attributed = 0;
+    for (double x : b) attributed += x;
+    spread(accumulate, paramWeight, b);
+    spread(std::max(0.0, bWall - attributed - accumulate), std::vector<double>(b), b);
+    for (int i = 0; i < n; ++i) {
+      fwd[i].push_back(f[i]);
+      bwd[i].push_back(b[i]);
+    }
+    forwardWall.push_back(fWall);
+    backwardWall.push_back(bWall);
+  }
+  ContextTimes out;
+  out.forwardSeconds.resize(n);
+  out.backwardSeconds.resize(n);
+  for (int i = 0; i < n; ++i) {
+    out.forwardSeconds[i] = median(fwd[i]);
+    out.backwardSeconds[i] = median(bwd[i]);
+  }
+  out.forwardWall = median(forwardWall);
+  out.backwardWall = median(backwardWall);
+  return out;
+}
+
+}  // namespace sluice::partition

@@ -1,0 +1,43 @@
+// partition::timeInContext: each node's forward and backward time measured
+// where training measures them: inside one forward and one backward of the
+// whole graph, as a one-stage job runs them.
+//
+// Timing a node alone (profileGraph's isolated pass) runs its backward right
+// after its forward, on inputs that are hot in cache, and misses what only the
+// whole backward does: summing the gradients of a value read by several
+// nodes, accumulating into .grad, the engine's own work. Measured on the
+// quickstart GPT the isolated sums ran 5-12% under the compute training
+// measured per stage (bench/partition.sh). In context:
+// - forward: a NodeObserver times each node of NodeProgram::run;
+// - backward: a RecordFunction callback (scope BACKWARD_FUNCTION) times every
+//   autograd function the engine applies, and its sequence number names the
+//   forward node that created it (the observer records which sequence
+//   numbers each node's forward took);
+// - what no node owns is spread over the nodes: AccumulateGrad (sequence
+//   number -1) by parameter bytes, the rest of the backward's wall time and
+//   of the forward's by each node's own time.
+// So the per-node times sum to the whole graph's measured forward and
+// backward. Times are medians over `iterations` after `warmup` runs.
+// Gradients accumulate into the leaves' .grad across runs (as every
+// micro-batch after a step's first does).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "core/OpGraph.h"
+
+namespace sluice::partition {
+
+struct ContextTimes {
+  std::vector<double> forwardSeconds, backwardSeconds;  // per OpGraph node
+  double forwardWall = 0, backwardWall = 0;             // medians of the whole passes
+};
+
+// inputs: one tensor per graph input, in graph input order; nodeParamBytes:
+// per OpGraph node, the parameter bytes it is first to read (NodeProfile::paramBytes).
+ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
+                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations);
+
+}  // namespace sluice::partition
