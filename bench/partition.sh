@@ -8,8 +8,10 @@
 # - large_vocab: bench/large_vocab.yaml (an 8192-token embedding, LM head and
 #   loss outweigh the blocks: uniform and parameter splits leave stage 1 slow);
 # - odd_layers: the quickstart with 3 blocks (layer cuts can only put 2 blocks
-#   on one stage and 1 on the other; op-level cuts can split a block: where
-#   op-level cuts matter).
+#   on one stage and 1 on the other; op-level cuts can split a block);
+# - one_block: the quickstart with 1 block (layer cuts leave the whole block
+#   on one stage; op-level cuts split it: where op-level cuts matter most,
+#   as for any model with fewer heavy layers than stages can share evenly).
 # One profile per model (as a user makes one); then ROUNDS paired rounds, each
 # training every distinct split once. For each method: the cut, predicted
 # and measured step time (median over rounds), and the median over rounds of
@@ -19,6 +21,7 @@
 # predicted vs measured peak saved activations. Last, the partitioner's own
 # speed on a 5,000-node chain into 8 stages.
 # Asserts nothing.   usage: bench/partition.sh [ROUNDS] [STEPS]   (default 5 rounds of 20 steps)
+#   BENCH_MODELS="one_block odd_layers" picks models (default all four).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
@@ -35,11 +38,12 @@ common_args() {
   echo --set pipeline.stages=2 --set job.threads_per_rank=1 --set training.steps="$steps" --set logging.interval="$steps"
 }
 
-models=(quickstart large_vocab odd_layers)
+read -r -a models <<<"${BENCH_MODELS:-quickstart large_vocab odd_layers one_block}"
 declare -A config extra
 config[quickstart]="$root/configs/quickstart.yaml" extra[quickstart]=""
 config[large_vocab]="$root/bench/large_vocab.yaml" extra[large_vocab]=""
 config[odd_layers]="$root/configs/quickstart.yaml" extra[odd_layers]="--set model.layers=3"
+config[one_block]="$root/configs/quickstart.yaml" extra[one_block]="--set model.layers=1"
 methods=(profile uniform parameters layers)
 
 echo "bench/partition: 2 ranks x 1 thread, $rounds paired rounds of $steps steps (step time: median of steps 4..$steps)"
@@ -54,12 +58,18 @@ for label in "${models[@]}"; do
   "$sluice" profile "${config[$label]}" "${args[@]}" -o "$tmp/$label.prof.pb" >"$tmp/$label.profile.log" 2>&1 ||
     { cat "$tmp/$label.profile.log"; exit 1; }
   for method in "${methods[@]}"; do
-    "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$tmp/$label.prof.pb" --method "$method" \
-      -o "$tmp/$label.$method.pb" >"$tmp/$label.$method.plan" 2>&1 || { cat "$tmp/$label.$method.plan"; exit 1; }
+    if ! "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$tmp/$label.prof.pb" --method "$method" \
+      -o "$tmp/$label.$method.pb" >"$tmp/$label.$method.plan" 2>&1; then
+      # A method may not apply (uniform needs a block per stage): say so in the table, run nothing.
+      grep -q "error: partition: method" "$tmp/$label.$method.plan" || { cat "$tmp/$label.$method.plan"; exit 1; }
+      runof[$label.$method]=refused
+      continue
+    fi
     cut[$label.$method]=$(awk '$1 == 1 && $2 ~ /^\[/ { gsub(/[\[,]/, "", $2); print $2 }' "$tmp/$label.$method.plan")
     runof[$label.$method]=$method
     for earlier in "${methods[@]}"; do
       [ "$earlier" = "$method" ] && break
+      [ "${runof[$label.$earlier]}" = refused ] && continue
       if [ "${cut[$label.$earlier]}" = "${cut[$label.$method]}" ]; then runof[$label.$method]=${runof[$label.$earlier]}; break; fi
     done
   done
@@ -93,6 +103,11 @@ printf '\n%-12s %-11s %5s %12s %12s %10s %16s\n' "model" "method" "cut" "predict
 for label in "${models[@]}"; do
   for method in "${methods[@]}"; do
     run=${runof[$label.$method]}
+    if [ "$run" = refused ]; then
+      printf '%-12s %-11s %5s %12s %12s %10s %16s  %s\n' "$label" "$method" - - - - - \
+        "refused: $(grep -o "error: partition: .*" "$tmp/$label.$method.plan" | cut -c 19-90)..."
+      continue
+    fi
     predicted=$(grep -o "predicted step time [0-9.]*" "$tmp/$label.$method.plan" | awk '{print $4 / 1000}')
     measured=$(median <"$tmp/$label.$run.steps")
     ratio=$(paste "$tmp/$label.$run.steps" "$tmp/$label.profile.steps" | awk '{print $1 / $2}' | median)
