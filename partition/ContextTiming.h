@@ -5,9 +5,10 @@
 // Timing a node alone (profileGraph's isolated pass) runs its backward right
 // after its forward, on inputs that are hot in cache, and misses what only the
 // whole backward does: summing the gradients of a value read by several
-// nodes, accumulating into .grad, the engine's own work. Measured on the
-// quickstart GPT the isolated sums ran 5-12% under the compute training
-// measured per stage (bench/partition.sh). In context:
+// nodes, accumulating into .grad, the engine's own work. Measured with
+// bench/partition.sh, stage predictions from isolated sums ran under the
+// compute training measured in 7 of 8 stages (most by 4-7%, up to 13%).
+// In context:
 // - forward: a NodeObserver times each node of NodeProgram::run;
 // - backward: a RecordFunction callback (scope BACKWARD_FUNCTION) times every
 //   autograd function the engine applies, and its sequence number names the
