@@ -12,6 +12,7 @@
 #include "core/Communicator.h"
 #include "core/Error.h"
 #include "core/Files.h"
+#include "core/HeapPolicy.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "launcher/Checkpoint.h"
@@ -331,6 +332,7 @@ int runLaunch(Args a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::keepFreedMemoryInHeap();  // before the first large tensor (core/HeapPolicy.h)
   try {
     if (argc >= 2 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
       return printVersion();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 
@@ -94,7 +95,8 @@ void spread(double extra, const std::vector<double>& weights, std::vector<double
 }  // namespace
 
 ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
-                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations) {
+                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
+                           const LossFunction& loss) {
   SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
                "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
   const int n = g.numNodes();
@@ -117,20 +119,30 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   NodeProgram program(whole.graph);
   const size_t positions = static_cast<size_t>(program.numNodes());
 
-  std::vector<double> paramWeight(n, 0);
+  // Slot n (one past the graph's nodes) is the loss.
+  std::vector<double> paramWeight(n + 1, 0);
   for (int i = 0; i < n && i < static_cast<int>(nodeParamBytes.size()); ++i) paramWeight[i] = nodeParamBytes[i];
 
   std::lock_guard<std::mutex> owner(gSinkOwner);
   BackwardSink sink;
-  std::vector<std::vector<double>> fwd(n), bwd(n);
+  std::vector<std::vector<double>> fwd(n + 1), bwd(n + 1);
   std::vector<double> forwardWall, backwardWall;
   for (int run = 0; run < warmup + iterations; ++run) {
     ForwardTimer timer(positions);
     std::vector<torch::Tensor> outs;
     const auto f0 = Clock::now();
     auto result = program.run(stack, &timer);
-    const double fWall = seconds(f0, Clock::now());
     for (auto& v : result) collectTensors(v, outs);
+    const uint64_t graphEnd = at::sequence_number::peek();
+    double lossForward = 0;
+    if (loss) {
+      SLUICE_CHECK(!outs.empty(), GraphError, "profile: the graph has no tensor output to apply the loss to");
+      const auto l0 = Clock::now();
+      auto value = loss(outs.front());
+      lossForward = seconds(l0, Clock::now());
+      outs = {value};
+    }
+    const double fWall = seconds(f0, Clock::now());
     torch::autograd::edge_list roots;
     std::vector<torch::Tensor> grads;
     for (auto& t : outs) {
@@ -163,10 +175,11 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     if (run < warmup) continue;
 
     // Forward: each node's own time, then the loop's overhead by those times.
-    std::vector<double> f(n, 0), b(n, 0);
+    std::vector<double> f(n + 1, 0), b(n + 1, 0);
+    f[n] = lossForward;
     // Sequence ranges per OpGraph node, for the backward's attribution.
     std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
-    std::vector<uint64_t> ends(n, 0);
+    std::vector<uint64_t> ends(n + 1, 0);
     double fSum = 0;
     for (size_t pos = 0; pos < positions; ++pos) {
       const int node = whole.nodeIndex[pos];
@@ -178,7 +191,11 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
         ends[node] = timer.endSeq_[pos];
       }
     }
-    spread(std::max(0.0, fWall - fSum), std::vector<double>(f), f);
+    spread(std::max(0.0, fWall - fSum - lossForward), std::vector<double>(f), f);
+    if (loss) {
+      starts.emplace_back(graphEnd, n);  // every function made after the graph's forward is the loss's
+      ends[n] = std::numeric_limits<uint64_t>::max();
+    }
     std::sort(starts.begin(), starts.end());
     double accumulate = 0;
     for (auto& [seq, s] : sink.applied) {
@@ -187,7 +204,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
         continue;
       }
       const auto useq = static_cast<uint64_t>(seq);
-      auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n));
+      auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n + 1));
       if (it == starts.begin()) continue;
       --it;
       if (useq < ends[it->second]) b[it->second] += s;
@@ -196,7 +213,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     for (double x : b) attributed += x;
     spread(accumulate, paramWeight, b);
     spread(std::max(0.0, bWall - attributed - accumulate), std::vector<double>(b), b);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i <= n; ++i) {
       fwd[i].push_back(f[i]);
       bwd[i].push_back(b[i]);
     }
@@ -210,6 +227,8 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     out.forwardSeconds[i] = median(fwd[i]);
     out.backwardSeconds[i] = median(bwd[i]);
   }
+  out.lossForwardSeconds = median(fwd[n]);
+  out.lossBackwardSeconds = median(bwd[n]);
   out.forwardWall = median(forwardWall);
   out.backwardWall = median(backwardWall);
   return out;

@@ -25,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "core/OpGraph.h"
@@ -33,12 +34,20 @@ namespace sluice::partition {
 
 struct ContextTimes {
   std::vector<double> forwardSeconds, backwardSeconds;  // per OpGraph node
-  double forwardWall = 0, backwardWall = 0;             // medians of the whole passes
+  double lossForwardSeconds = 0, lossBackwardSeconds = 0;  // with a loss
+  double forwardWall = 0, backwardWall = 0;  // medians of the whole passes (with the loss's)
 };
 
+using LossFunction = std::function<torch::Tensor(const torch::Tensor&)>;
+
 // inputs: one tensor per graph input, in graph input order; nodeParamBytes:
-// per OpGraph node, the parameter bytes it is first to read (NodeProfile::paramBytes).
+// per OpGraph node, the parameter bytes it is first to read
+// (NodeProfile::paramBytes). loss (optional): applied to the graph's first
+// output inside each pass, as the last stage does; the backward then starts
+// from it, and the loss's own times come out like a node's (its backward
+// functions are those made after the graph's forward).
 ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
-                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations);
+                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
+                           const LossFunction& loss = {});
 
 }  // namespace sluice::partition

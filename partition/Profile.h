@@ -83,6 +83,9 @@ struct ProfileOptions {
   // than from each node run alone; the isolated pass still gives the memory
   // facts and each node's weight-gradient share.
   bool inContext = true;
+  // The loss on the graph's first output (optional): with inContext, timed
+  // inside the passes too, giving Profile::loss{Forward,Backward}Seconds.
+  std::function<torch::Tensor(const torch::Tensor&)> loss;
 };
 
 // inputs: one tensor per graph input, in graph input order (data, params, buffers).

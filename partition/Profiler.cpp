@@ -264,10 +264,14 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
     std::vector<int64_t> paramBytes(g.numNodes());
     for (int i = 0; i < g.numNodes(); ++i) paramBytes[i] = profile.nodes[i].paramBytes;
     const double isolatedForward = profile.totalForward(), isolatedBackward = profile.totalBackward();
-    auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations);
+    auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations, options.loss);
     for (int i = 0; i < g.numNodes(); ++i) {
       profile.nodes[i].forwardSeconds = context.forwardSeconds[i];
       profile.nodes[i].backwardSeconds = context.backwardSeconds[i];
+    }
+    if (options.loss) {
+      profile.lossForwardSeconds = context.lossForwardSeconds;
+      profile.lossBackwardSeconds = context.lossBackwardSeconds;
     }
     log::info("profile: forward " + formatMs(context.forwardWall) + " and backward " + formatMs(context.backwardWall) +
               " in context; timed node by node alone they sum to " + formatMs(isolatedForward) + " and " +

@@ -256,6 +256,14 @@ TEST(Profiler, InContextTimesAddUpAndFindEveryBackward) {
     EXPECT_GT(t.backwardSeconds[i], 0.0) << "node " << i << " " << g.nodes()[i].op;
   }
   EXPECT_GT(withBackward, 20);
+  // With a loss on the output: its own forward and backward, and everything still adds up.
+  auto withLoss = timeInContext(g, inputs, paramBytes, 0, 1, [](const torch::Tensor& out) { return out.pow(2).mean(); });
+  EXPECT_GT(withLoss.lossForwardSeconds, 0.0);
+  EXPECT_GT(withLoss.lossBackwardSeconds, 0.0);
+  forward = withLoss.lossForwardSeconds, backward = withLoss.lossBackwardSeconds;
+  for (int i = 0; i < g.numNodes(); ++i) forward += withLoss.forwardSeconds[i], backward += withLoss.backwardSeconds[i];
+  EXPECT_NEAR(forward, withLoss.forwardWall, 1e-9 + 1e-9 * withLoss.forwardWall);
+  EXPECT_NEAR(backward, withLoss.backwardWall, 1e-9 + 1e-9 * withLoss.backwardWall);
   for (auto& p : f.gpt->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
