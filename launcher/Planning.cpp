@@ -10,7 +10,8 @@
 
 namespace sluice {
 
-partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph) {
+partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph,
+                                const Communicator& comm) {
   KeepBuffers keep(*setup.module);  // profiling runs forward many times
   auto batch = setup.dataset->batch(0, c.training.microBatchSize);
   auto inputs = graphInputs(graph, *setup.module, setup.dataInputs(batch));
@@ -21,6 +22,7 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   auto lossOfOutput = [&](const torch::Tensor& out) { return loss(out, target); };
   partition::ProfileOptions options;
   options.loss = lossOfOutput;  // its times come from the whole passes, like the nodes'
+  options.startTogether = [&comm] { comm.barrier(); };
   auto profile = partition::profileGraph(graph, inputs, options);
   torch::Tensor output;
   {
@@ -139,7 +141,7 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
   auto machine = partition::measureMachine(world, c.memory.swap ? scratchDir : std::string());
   // Every rank profiles at once (the machine loaded as in training); rank 0
   // plans with the averaged times. A failure there reaches every rank in the bytes.
-  auto profile = profileModel(c, setup, graph);
+  auto profile = profileModel(c, setup, graph, world);
   partition::averageOverRanks(profile, world);
   profile.machine = machine;
   std::string bytes, failure;

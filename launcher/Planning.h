@@ -24,7 +24,9 @@
 
 namespace sluice {
 
-partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph);
+// comm: the ranks profiling at once (collective: they start the whole passes together).
+partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph,
+                                const Communicator& comm);
 partition::PlanSettings planSettings(const Config& config);
 // The plan for these settings (for `cuts` when not empty). With
 // pipeline.schedule auto (settings.schedule "auto"), plans for 1f1b, zb-h1

@@ -157,7 +157,7 @@ int runProfile(const Args& a, int argc, char** argv) {
     // Both ranks profile at once, loading the machine as 2-rank training does.
     auto setup = sluice::makeModelSetup(config);
     auto graph = setup.capture(config.training.microBatchSize);
-    auto profile = sluice::profileModel(config, setup, graph);
+    auto profile = sluice::profileModel(config, setup, graph, world);
     sluice::partition::averageOverRanks(profile, world);
     if (world.rank() == 0) {
       profile.machine = machine;

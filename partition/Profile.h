@@ -86,6 +86,11 @@ struct ProfileOptions {
   // The loss on the graph's first output (optional): with inContext, timed
   // inside the passes too, giving Profile::loss{Forward,Backward}Seconds.
   std::function<torch::Tensor(const torch::Tensor&)> loss;
+  // Ranks profiling at once: called right before the whole passes (a barrier),
+  // so that every rank's passes run beside the others' passes, as training's
+  // stages run beside each other, and not beside their isolated timing or
+  // nothing (unaligned, one profile's ranks differed by 15%).
+  std::function<void()> startTogether;
 };
 
 // inputs: one tensor per graph input, in graph input order (data, params, buffers).

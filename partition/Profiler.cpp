@@ -264,6 +264,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
     std::vector<int64_t> paramBytes(g.numNodes());
     for (int i = 0; i < g.numNodes(); ++i) paramBytes[i] = profile.nodes[i].paramBytes;
     const double isolatedForward = profile.totalForward(), isolatedBackward = profile.totalBackward();
+    if (options.startTogether) options.startTogether();
     auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations, options.loss);
     for (int i = 0; i < g.numNodes(); ++i) {
       profile.nodes[i].forwardSeconds = context.forwardSeconds[i];

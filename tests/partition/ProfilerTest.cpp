@@ -243,8 +243,17 @@ TEST(Profiler, InContextTimesAddUpAndFindEveryBackward) {
   EXPECT_GT(t.backwardWall, 0.0);
   EXPECT_NEAR(forward, t.forwardWall, 1e-9 + 1e-9 * t.forwardWall);
   EXPECT_NEAR(backward, t.backwardWall, 1e-9 + 1e-9 * t.backwardWall);
-  // The same profile, isolated pass only, says which nodes have a backward.
-  auto isolated = profileGraph(g, inputs, {0, 1, /*inContext=*/false});
+  // The same profile, isolated pass only, says which nodes have a backward
+  // (and does not start the whole passes, so it does not wait on other ranks).
+  ProfileOptions isolatedOnly{0, 1, /*inContext=*/false};
+  int starts = 0;
+  isolatedOnly.startTogether = [&starts] { ++starts; };
+  auto isolated = profileGraph(g, inputs, isolatedOnly);
+  EXPECT_EQ(starts, 0);
+  ProfileOptions inContext{0, 1};
+  inContext.startTogether = [&starts] { ++starts; };
+  profileGraph(g, inputs, inContext);
+  EXPECT_EQ(starts, 1) << "the ranks must start the whole passes together, once";
   int withBackward = 0;
   for (int i = 0; i < g.numNodes(); ++i) {
     if (isolated.nodes[i].backwardSeconds <= 0) {
