@@ -12,13 +12,14 @@
 # - one_block: the quickstart with 1 block (layer cuts leave the whole block
 #   on one stage; op-level cuts split it: where op-level cuts matter most,
 #   as for any model with fewer heavy layers than stages can share evenly).
-# One profile per model (as a user makes one); then ROUNDS paired rounds, each
-# training every distinct split once. For each method: the cut, predicted
-# and measured step time (median over rounds), and the median over rounds of
-# its ratio to the profile plan's step time in the same round. Then the cost
-# model's accuracy per stage: predicted forward+backward(+loss) per
-# micro-batch vs the median over rounds of what training measured, and
-# predicted vs measured peak saved activations. Last, the partitioner's own
+# ROUNDS paired rounds, each profiling every model and training every
+# distinct split once. For each method: the cut(s), predicted and measured
+# step time (medians over rounds), and the medians over rounds of its
+# measured/predicted ratio and of its ratio to the profile plan's step time in
+# the same round. Then the cost model's accuracy per stage: predicted
+# forward+backward(+loss) per micro-batch vs what training measured (the
+# median of the per-round errors), and predicted vs measured peak saved
+# activations. Last, the partitioner's own
 # speed on a 5,000-node chain into 8 stages.
 # Asserts nothing.   usage: bench/partition.sh [ROUNDS] [STEPS]   (default 5 rounds of 20 steps)
 #   BENCH_MODELS="one_block odd_layers" picks models (default all four).
@@ -49,89 +50,94 @@ methods=(profile uniform parameters layers)
 echo "bench/partition: 2 ranks x 1 thread, $rounds paired rounds of $steps steps (step time: median of steps 4..$steps)"
 "$sluice" --version | sed 's/^/  /'
 
-# Plans: one profile per model, a plan per method; a method whose cut equals
-# an earlier method's shares its runs (the same split is the same job).
-declare -A cut runof
-for label in "${models[@]}"; do
-  read -r -a args <<<"$(common_args) ${extra[$label]}"
-  echo "profiling $label ..." >&2
-  "$sluice" profile "${config[$label]}" "${args[@]}" -o "$tmp/$label.prof.pb" >"$tmp/$label.profile.log" 2>&1 ||
-    { cat "$tmp/$label.profile.log"; exit 1; }
-  for method in "${methods[@]}"; do
-    if ! "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$tmp/$label.prof.pb" --method "$method" \
-      -o "$tmp/$label.$method.pb" >"$tmp/$label.$method.plan" 2>&1; then
-      # A method may not apply (uniform needs a block per stage): say so in the table, run nothing.
-      grep -q "error: partition: method" "$tmp/$label.$method.plan" || { cat "$tmp/$label.$method.plan"; exit 1; }
-      runof[$label.$method]=refused
-      continue
-    fi
-    cut[$label.$method]=$(awk '$1 == 1 && $2 ~ /^\[/ { gsub(/[\[,]/, "", $2); print $2 }' "$tmp/$label.$method.plan")
-    runof[$label.$method]=$method
-    for earlier in "${methods[@]}"; do
-      [ "$earlier" = "$method" ] && break
-      [ "${runof[$label.$earlier]}" = refused ] && continue
-      if [ "${cut[$label.$earlier]}" = "${cut[$label.$method]}" ]; then runof[$label.$method]=${runof[$label.$earlier]}; break; fi
-    done
-  done
-done
-
-# Rounds: every distinct split of every model once per round.
+# Rounds: each profiles every model (right before its runs: this machine's
+# speed drifts by 10-20% over minutes, so a profile taken once and runs taken
+# minutes later would measure the drift, not the cost model), plans it with
+# every method and trains every distinct split once (a method whose cut equals
+# an earlier method's shares its run: the same split is the same job).
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r of $rounds ..." >&2
   for label in "${models[@]}"; do
     read -r -a args <<<"$(common_args) ${extra[$label]}"
+    prof="$tmp/$label.r$r.prof.pb"
+    "$sluice" profile "${config[$label]}" "${args[@]}" -o "$prof" >"$prof.log" 2>&1 || { cat "$prof.log"; exit 1; }
+    declare -A cut=() runof=()
     for method in "${methods[@]}"; do
-      [ "${runof[$label.$method]}" = "$method" ] || continue
-      out="$tmp/$label.$method.r$r"
-      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$tmp/$label.$method.pb" \
+      plan="$tmp/$label.$method.r$r"
+      if ! "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$prof" --method "$method" \
+        -o "$plan.pb" >"$plan.plan" 2>&1; then
+        # A method may not apply (uniform needs a block per stage): say so in the table, run nothing.
+        grep -q "error: partition: method" "$plan.plan" || { cat "$plan.plan"; exit 1; }
+        grep -o "error: partition: .*" "$plan.plan" | cut -c 19-90 >"$tmp/$label.$method.refused"
+        continue
+      fi
+      cut[$method]=$(awk '$1 == 1 && $2 ~ /^\[/ { gsub(/[\[,]/, "", $2); print $2 }' "$plan.plan")
+      runof[$method]=$method
+      for earlier in "${methods[@]}"; do
+        [ "$earlier" = "$method" ] && break
+        [ -n "${cut[$earlier]:-}" ] || continue
+        if [ "${cut[$earlier]}" = "${cut[$method]}" ]; then runof[$method]=${runof[$earlier]}; break; fi
+      done
+      echo "${cut[$method]}" >>"$tmp/$label.$method.cuts"
+      grep -o "predicted step time [0-9.]*" "$plan.plan" | awk '{print $4 / 1000}' >>"$tmp/$label.$method.predicted"
+      [ "${runof[$method]}" = "$method" ] || { echo "${runof[$method]}" >>"$tmp/$label.$method.shared"; continue; }
+      out="$tmp/$label.$method.r$r.run"
+      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$plan.pb" \
         --set logging.measure_memory=true --set job.output_dir="$out" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
-      median_step_time "$out/metrics.jsonl" >>"$tmp/$label.$method.steps"
+      median_step_time "$out/metrics.jsonl" >"$tmp/$label.$method.r$r.step"
       for stage in 0 1; do
         log="$out/logs/rank_$stage.log"
-        grep -o "compute per micro-batch: forward [0-9.]* ms, backward [0-9.]* ms" "$log" |
-          awk '{print $5 + $8}' >>"$tmp/$label.$method.s$stage.comp"
-        grep -o "saved activations: peak [0-9]* bytes" "$log" | awk '{print $4}' >>"$tmp/$label.$method.s$stage.act"
-        # What the plan predicts (the same every round).
-        grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}' >"$tmp/$label.$method.s$stage.pcomp"
-        grep -o "saved activations peak [0-9]* bytes" "$log" | awk '{print $4}' >"$tmp/$label.$method.s$stage.pact"
+        pc=$(grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}')
+        mc=$(grep -o "compute per micro-batch: forward [0-9.]* ms, backward [0-9.]* ms" "$log" | awk '{print $5 + $8}')
+        echo "$pc $mc $(grep -o "saved activations peak [0-9]* bytes" "$log" | awk '{print $4}')" \
+          "$(grep -o "saved activations: peak [0-9]* bytes" "$log" | awk '{print $4}')" >>"$tmp/$label.$method.s$stage"
       done
     done
+    # Every method's step time this round (a shared split: its twin's run).
+    for method in "${methods[@]}"; do
+      [ -n "${runof[$method]:-}" ] || continue
+      cat "$tmp/$label.${runof[$method]}.r$r.step" >>"$tmp/$label.$method.steps"
+    done
+    unset cut runof
   done
 done
 
-printf '\n%-12s %-11s %5s %12s %12s %10s %16s\n' "model" "method" "cut" "predicted s" "measured s" "meas/pred" "vs profile plan"
+printf '\n%-12s %-11s %9s %12s %12s %10s %16s\n' "model" "method" "cut" "predicted s" "measured s" "meas/pred" "vs profile plan"
 for label in "${models[@]}"; do
   for method in "${methods[@]}"; do
-    run=${runof[$label.$method]}
-    if [ "$run" = refused ]; then
-      printf '%-12s %-11s %5s %12s %12s %10s %16s  %s\n' "$label" "$method" - - - - - \
-        "refused: $(grep -o "error: partition: .*" "$tmp/$label.$method.plan" | cut -c 19-90)..."
+    if [ -f "$tmp/$label.$method.refused" ]; then
+      printf '%-12s %-11s %9s %12s %12s %10s %16s  %s\n' "$label" "$method" - - - - - \
+        "refused: $(head -1 "$tmp/$label.$method.refused")..."
       continue
     fi
-    predicted=$(grep -o "predicted step time [0-9.]*" "$tmp/$label.$method.plan" | awk '{print $4 / 1000}')
-    measured=$(median <"$tmp/$label.$run.steps")
-    ratio=$(paste "$tmp/$label.$run.steps" "$tmp/$label.profile.steps" | awk '{print $1 / $2}' | median)
+    cuts=$(sort -n "$tmp/$label.$method.cuts" | uniq | paste -sd/)
+    predicted=$(median <"$tmp/$label.$method.predicted")
+    measured=$(median <"$tmp/$label.$method.steps")
+    mp=$(paste "$tmp/$label.$method.steps" "$tmp/$label.$method.predicted" | awk '{print $1 / $2}' | median)
+    ratio=$(paste "$tmp/$label.$method.steps" "$tmp/$label.profile.steps" | awk '{print $1 / $2}' | median)
     note=""
-    [ "$run" = "$method" ] || note="same split as $run"
-    awk -v l="$label" -v m="$method" -v c="${cut[$label.$method]}" -v p="$predicted" -v t="$measured" -v q="$ratio" \
-      -v n="$note" 'BEGIN { printf "%-12s %-11s %5s %12.4f %12.4f %10.2f %15.3fx  %s\n", l, m, c, p, t, t / p, q, n }'
+    [ -f "$tmp/$label.$method.shared" ] && note="same split as $(sort "$tmp/$label.$method.shared" | uniq | paste -sd/) in $(wc -l <"$tmp/$label.$method.shared") of $rounds rounds"
+    awk -v l="$label" -v m="$method" -v c="$cuts" -v p="$predicted" -v t="$measured" -v mp="$mp" -v q="$ratio" \
+      -v n="$note" 'BEGIN { printf "%-12s %-11s %9s %12.4f %12.4f %10.2f %15.3fx  %s\n", l, m, c, p, t, mp, q, n }'
   done
 done
 
 echo
-echo "cost model accuracy per stage (compute = forward + backward + loss per micro-batch, measured: median over rounds;"
-echo "memory = peak saved activations); distinct splits only"
-printf '%-12s %-11s %5s %13s %13s %8s %15s %15s %8s\n' "model" "method" "stage" "pred comp ms" "meas comp ms" "error" \
-  "pred act bytes" "meas act bytes" "error"
+echo "cost model accuracy per stage (compute = forward + backward + loss per micro-batch; error = median over the"
+echo "rounds that ran the split of (predicted - measured) / measured; memory = peak saved activations)"
+printf '%-12s %-11s %5s %6s %13s %13s %8s %15s %15s %8s\n' "model" "method" "stage" "rounds" "pred comp ms" "meas comp ms" \
+  "error" "pred act bytes" "meas act bytes" "error"
 for label in "${models[@]}"; do
   for method in "${methods[@]}"; do
-    [ "${runof[$label.$method]}" = "$method" ] || continue
     for stage in 0 1; do
       f="$tmp/$label.$method.s$stage"
-      awk -v l="$label" -v m="$method" -v s="$stage" -v pc="$(cat "$f.pcomp")" -v q="$(median <"$f.comp")" \
-        -v pa="$(cat "$f.pact")" -v ma="$(median <"$f.act")" \
-        'BEGIN { printf "%-12s %-11s %5s %13.2f %13.2f %+7.1f%% %15d %15d %+7.1f%%\n", l, m, s, pc, q,
-                 100 * (pc - q) / q, pa, ma, 100 * (pa - ma) / ma }'
+      [ -f "$f" ] || continue
+      awk -v l="$label" -v m="$method" -v s="$stage" '
+        function med(a, n,   i, j, t) { for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+        { ++n; pc[n] = $1; mc[n] = $2; e[n] = 100 * ($1 - $2) / $2; pa[n] = $3; ma[n] = $4; ea[n] = 100 * ($3 - $4) / $4 }
+        END { printf "%-12s %-11s %5s %6d %13.2f %13.2f %+7.1f%% %15d %15d %+7.1f%%\n", l, m, s, n, med(pc, n), med(mc, n),
+                     med(e, n), med(pa, n), med(ma, n), med(ea, n) }' "$f"
     done
   done
 done
