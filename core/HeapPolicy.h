@@ -8,8 +8,8 @@
 // gradient: 8 MiB each on bench/large_vocab.yaml), so those faults were a
 // large and erratic share of some ops: the loss's backward of that GPT took
 // 3.4 ms or 9-13 ms depending on the heap's history, and three profiles of it
-// put its second stage (cut 78) at 51, 58 and 76 ms; with this policy at
-// 53.0, 53.7 and 53.8 ms.
+// put its second stage (cut 78) at 51, 58 and 76 ms; with the heap kept
+// (then given as GLIBC_TUNABLES) at 53.0, 53.7 and 53.8 ms.
 // Called first thing in main(), this keeps freed blocks in the heap (mmap
 // threshold 32 MiB, the most glibc accepts, and trim threshold 1 GiB; fixed,
 // so glibc stops adjusting them): after the first step the same sizes reuse
