@@ -29,8 +29,10 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
     torch::NoGradGuard noGrad;
     output = setup.forward(setup.dataInputs(batch));
   }
-  // The loss alone: its saved bytes and workspace (and its times if the passes did not time it).
-  auto lp = partition::profileLoss(lossOfOutput, output);
+  // The loss alone: its saved bytes and workspace (from its first run), and
+  // its times only if the passes did not time it.
+  auto lp = partition::profileLoss(lossOfOutput, output,
+                                   options.inContext ? partition::ProfileOptions{0, 1} : partition::ProfileOptions{});
   if (!options.inContext) {
     profile.lossForwardSeconds = lp.forwardSeconds;
     profile.lossBackwardSeconds = lp.backwardSeconds;

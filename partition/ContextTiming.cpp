@@ -15,20 +15,12 @@
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/NodeProgram.h"
+#include "partition/Timing.h"
 
 namespace sluice::partition {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using torch::jit::IValue;
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // Where the backward callbacks write: one autograd function applied, by
 // sequence number. RecordFunction callbacks are plain function pointers, so

@@ -17,25 +17,17 @@
 #include "memory/StageMemory.h"
 #include "partition/ContextTiming.h"
 #include "partition/Profile.h"
+#include "partition/Timing.h"
 
 namespace sluice::partition {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using torch::jit::IValue;
-
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 std::string formatMs(double s) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(2) << s * 1e3 << " ms";
   return o.str();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
