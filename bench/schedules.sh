@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/schedules: the quickstart GPT (global batch 16) on 2 stages x 1 thread
-# under each pipeline schedule (interleaved: 2 stages per rank), against plain PyTorch eager in one process
-# with 2 intra-op threads on the same model and batch (bench/eager_torch.py),
+# under each pipeline schedule (interleaved, interleaved-zb: 2 stages per rank),
+# against plain PyTorch eager in one process
+# with 2 intra-op threads on the same model and batch (bench/eager_torch.py;
+# run twice: as is, and with the same glibc heap settings as Sluice),
 # in paired rounds: every round runs every configuration once, in the same
 # order, and each ratio is taken within a round. Prints per-configuration
 # median step times and the medians over rounds of the ratios to PyTorch and
@@ -17,7 +19,11 @@ py=/usr/bin/python3
 $py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs python3-torch (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-configs=("1f1b 4" "zb-h1 4" "interleaved 4" "gpipe 4" "1f1b 8" "zb-h1 8" "interleaved 8")
+configs=("1f1b 4" "zb-h1 4" "interleaved 4" "interleaved-zb 4" "gpipe 4" "1f1b 8" "zb-h1 8" "interleaved 8"
+         "interleaved-zb 8")
+# Sluice keeps freed memory in its heap (core/HeapPolicy.h); PyTorch is also
+# run with the same glibc settings, as a second peer.
+heap_kept=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
 sluice_run() {  # schedule microbatches -> median step time
   local out="$tmp/$1_$2"
   rm -rf "$out"
@@ -35,13 +41,16 @@ results="$tmp/results"
 for r in $(seq 1 "$rounds"); do
   t=$(cd "$root/bench" && OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 | sed -n 's/step_time_s=//p')
   echo "$r torch $t" >>"$results"
+  t=$(cd "$root/bench" && GLIBC_TUNABLES=$heap_kept OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 |
+      sed -n 's/step_time_s=//p')
+  echo "$r torch-heap-kept $t" >>"$results"
   for c in "${configs[@]}"; do
     set -- $c
     echo "$r $1/m=$2 $(sluice_run "$1" "$2")" >>"$results"
   done
   echo "  round $r/$rounds done" >&2
 done
-$py - "$results" <<'PY'
+$py - "$results" "$heap_kept" <<'PY'
 import collections, statistics, sys
 rows = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
@@ -49,13 +58,16 @@ for line in open(sys.argv[1]):
     rows[name][int(r)] = float(t)
 med = statistics.median
 names = list(rows)
-print("\n%-44s %12s %14s %14s" % ("configuration", "step time s", "vs torch", "vs 1f1b same m"))
+print("\n%-52s %12s %10s %16s %14s" % ("configuration", "step time s", "vs torch", "vs torch heap", "vs 1f1b same m"))
 for n in names:
     rounds = sorted(rows[n])
     vt = med(rows[n][r] / rows["torch"][r] for r in rounds)
+    vh = med(rows[n][r] / rows["torch-heap-kept"][r] for r in rounds)
     base = "1f1b/m=" + n.split("m=")[1] if "m=" in n else None
     vb = med(rows[n][r] / rows[base][r] for r in rounds) if base in rows else None
-    label = "pytorch eager, 1 process x 2 threads" if n == "torch" else "sluice 2 stages x 1 thread, " + n
-    print("%-44s %12.4f %13.3fx %14s" % (label, med(rows[n].values()), vt, "-" if vb is None else "%.3fx" % vb))
+    label = {"torch": "pytorch eager, 1 process x 2 threads",
+             "torch-heap-kept": "pytorch eager, 2 threads, heap kept as sluice's"}.get(n, "sluice 2 stages x 1 thread, " + n)
+    print("%-52s %12.4f %9.3fx %15.3fx %14s" % (label, med(rows[n].values()), vt, vh, "-" if vb is None else "%.3fx" % vb))
 print("\nratios are step time / reference step time, median over rounds of the ratio within each round (below 1: faster).")
+print("interleaved and interleaved-zb: 2 stages per rank; torch heap: PyTorch with GLIBC_TUNABLES=" + sys.argv[2])
 PY

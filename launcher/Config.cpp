@@ -12,6 +12,7 @@
 
 #include "core/Error.h"
 #include "launcher/data/FashionMnist.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice {
 namespace {
@@ -266,8 +267,8 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved", "auto"}),
-          "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved or auto, got '" + p.schedule + "'");
+  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved", "interleaved-zb", "auto"}),
+          "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved, interleaved-zb or auto, got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
@@ -287,21 +288,22 @@ void validate(Config& c) {
                 ") x pipeline.microbatches (" + std::to_string(p.microbatches) + ") x pipeline.data_parallel (" +
                 std::to_string(p.dataParallel) + ") = " + std::to_string(product));
   }
-  // pipeline.chunks: stages per rank under interleaved (default 2). Under
-  // auto it is what interleaved would use, where interleaved can run (2 by
-  // default there, else 1: not a candidate).
-  const bool interleaved = p.schedule == "interleaved", autoSchedule = p.schedule == "auto";
+  // pipeline.chunks: stages per rank under interleaved and interleaved-zb
+  // (default 2). Under auto it is what they would use, where they can run (2
+  // by default there, else 1: not candidates).
+  const bool interleaved = pipeline::interleavesStages(p.schedule), autoSchedule = p.schedule == "auto";
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
   require(p.chunks <= 1 || interleaved || autoSchedule,
           "pipeline.chunks = " + std::to_string(p.chunks) +
-              " (stages per rank) needs pipeline.schedule: interleaved (or auto), got '" + p.schedule + "'");
+              " (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb or auto, got '" + p.schedule + "'");
   if (p.chunks == 0) {
     const bool canInterleave =
         p.stages >= 2 && p.microbatches % p.stages == 0 && c.memory.policy != "full_recompute";
     p.chunks = interleaved || (autoSchedule && canInterleave) ? 2 : 1;
   }
   if (p.chunks > 1) {
-    const std::string who = interleaved ? "pipeline.schedule interleaved" : "pipeline.chunks > 1 (interleaved under auto)";
+    const std::string who =
+        interleaved ? "pipeline.schedule " + p.schedule : "pipeline.chunks > 1 (interleaved under auto)";
     require(p.stages >= 2, who + " needs pipeline.stages >= 2 (it spreads each rank's work over pipeline.chunks "
                                  "stages); got " + std::to_string(p.stages));
     require(p.microbatches % p.stages == 0,
@@ -350,7 +352,7 @@ void validate(Config& c) {
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
-  require(mem.policy != "full_recompute" || !in(p.schedule, {"zb-h1", "interleaved"}),
+  require(mem.policy != "full_recompute" || !in(p.schedule, {"zb-h1", "interleaved", "interleaved-zb"}),
           "memory.policy full_recompute does not work with pipeline.schedule " + p.schedule +
               " (it keeps every saved tensor): use 1f1b or gpipe, or memory.policy plan");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));

@@ -7,6 +7,7 @@
 #include "core/Error.h"
 #include "core/Log.h"
 #include "memory/SwapTier.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice {
 
@@ -87,7 +88,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   const int chunks = settings.chunks;
   auto plan = [&](const std::string& schedule) {
     settings.schedule = schedule;
-    settings.chunks = schedule == "interleaved" ? chunks : 1;
+    settings.chunks = pipeline::interleavesStages(schedule) ? chunks : 1;
     return cuts.empty() ? partition::makePlan(graph, profile, settings)
                         : partition::planForCuts(graph, profile, settings, cuts);
   };
@@ -96,7 +97,10 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   if (settings.policy == "full_recompute") candidates.erase(candidates.begin() + 1);  // zb-h1 keeps every saved tensor
   // Interleaved where the config allows it (pipeline.chunks > 1, Config.h) and the cuts, if given, are for it.
   const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
-  if (chunks > 1 && cutsForInterleaved) candidates.push_back("interleaved");
+  if (chunks > 1 && cutsForInterleaved) {
+    candidates.push_back("interleaved");
+    if (settings.policy != "full_recompute") candidates.push_back("interleaved-zb");
+  }
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;
   report.precision(1);
@@ -104,7 +108,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   for (auto& name : candidates) {
     try {
       auto p = plan(name);
-      report << (report.tellp() > 0 ? ", " : "") << name << (name == "interleaved" ? " x" + std::to_string(chunks) : "")
+      report << (report.tellp() > 0 ? ", " : "") << name << (pipeline::interleavesStages(name) ? " x" + std::to_string(chunks) : "")
              << " " << p.stepTime * 1e3 << " ms";
       if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
     } catch (const PlanError& e) {
@@ -115,7 +119,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
   if (why) {
     *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
-           "; zb-h1 with the profiled weight-gradient share of each stage's backward)";
+           "; zb-h1 and interleaved-zb with the profiled weight-gradient share of each stage's backward)";
   }
   return std::move(*best);
 }

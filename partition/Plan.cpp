@@ -305,7 +305,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.microBatches = st.microBatches;
   const auto& names = pipeline::scheduleNames();
   SLUICE_CHECK(std::find(names.begin(), names.end(), st.schedule) != names.end(), PlanError,
-               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b | zb-h1 | interleaved)");
+               "partition: unknown schedule '" << st.schedule << "' (gpipe | 1f1b | zb-h1 | interleaved | interleaved-zb)");
   p.gpipe = st.schedule == "gpipe";
   const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks);
   const bool split = pipeline::splitsBackward(schedule);

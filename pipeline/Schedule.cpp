@@ -64,45 +64,102 @@ Schedule make1F1B(int stages, int microBatches) {
   return s;
 }
 
-Schedule makeZeroBubbleH1(int stages, int microBatches) {
-  checkDims(stages, microBatches);
-  const int p = stages, m = microBatches;
-  Schedule s{"zb-h1", p, m, std::vector<std::vector<Action>>(p)};
-  // Ticks of unit length; an action run in tick t is done at t + 1 and its
-  // message can be used from tick t + 1 on. -1: not run yet.
-  std::vector<std::vector<int>> fDone(p, std::vector<int>(m, -1)), bDone(p, std::vector<int>(m, -1));
-  std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0);
-  std::vector<std::deque<int>> pendingW(p);
-  auto done = [](int at, int t) { return at >= 0 && at <= t; };
-  int left = 3 * p * m;
-  for (int t = 0; left > 0; ++t) {
-    SLUICE_CHECK(t <= 6 * p * m + 6 * p, ScheduleError, "zb-h1: list scheduling made no progress (p=" << p << ", m=" << m << ")");
-    for (int st = 0; st < p; ++st) {
-      auto& out = s.actions[st];
-      const int b = nextB[st], f = nextF[st];
-      const bool canB = b < f && done(st == p - 1 ? fDone[st][b] : bDone[st + 1][b], t);
-      const bool canF = f < m && (st == 0 || done(fDone[st - 1][f], t)) && f - b < std::min(p - st, m) &&
-                        f - wDone[st] < std::min(p, m);
-      if (canB) {
-        appendBackwardInput(out, st, p, b);
-        bDone[st][b] = t + 1;
-        pendingW[st].push_back(b);
-        ++nextB[st];
-      } else if (canF) {
-        appendForward(out, st, p, f);
-        fDone[st][f] = t + 1;
-        ++nextF[st];
-      } else if (!pendingW[st].empty()) {
-        out.push_back({ActionKind::BackwardWeight, pendingW[st].front(), st});
-        pendingW[st].pop_front();
-        ++wDone[st];
-      } else {
-        continue;
-      }
-      --left;
+namespace {
+
+// The zero-bubble schedules (Schedule.h): list scheduling in time, one rank at
+// a time in the order their clocks reach each decision. Each rank runs its
+// backward pieces in interleaved 1F1B's order (1F1B's when v = 1) and its
+// forward pieces in that order too. Costs: F = B = W = 1, except on stage 0,
+// whose B has nothing to compute (its inputs are data, Plan.cpp): B = 0 and
+// W = 2, the whole backward. A free rank runs its next B if its gradient is
+// there, else its next F if its input is there and memory allows, else its
+// oldest pending W, else it waits for the next of those inputs to arrive.
+Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
+  const int stages = p * v, total = m * v;
+  Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
+  auto microBatchOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto forwardStage = [&](int k, int r) { return ((k / p) % v) * p + r; };
+  auto backwardStage = [&](int k, int r) { return (v - 1 - (k / p) % v) * p + r; };
+  // Pieces between F and B per rank: 1F1B's p - r, or interleaved 1F1B's warm-up + 1.
+  auto toBLimit = [&](int r) {
+    if (v == 1) return std::min(p - r, m);
+    return (m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total)) + 1;
+  };
+  const int toWLimit = v == 1 ? std::min(p, m) : toBLimit(0);  // the most loaded rank's
+  auto bCost = [](int st) { return st == 0 ? 0.0 : 1.0; };
+  auto wCost = [](int st) { return st == 0 ? 2.0 : 1.0; };
+  // Finish times; -1: not scheduled yet.
+  std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
+  std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0), left(p, 3 * total);
+  std::vector<double> clock(p, 0);
+  std::vector<bool> asleep(p, false);  // waiting for an input nobody has scheduled yet
+  std::vector<std::deque<std::pair<int, int>>> pendingW(p);  // (stage, mb), oldest first
+  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  for (;;) {
+    int r = -1;
+    for (int q = 0; q < p; ++q) {
+      if (left[q] > 0 && !asleep[q] && (r < 0 || clock[q] < clock[r])) r = q;
     }
+    if (r < 0) {
+      for (int q = 0; q < p; ++q) {
+        SLUICE_CHECK(left[q] == 0, ScheduleError,
+                     name << ": list scheduling deadlocked (p=" << p << ", v=" << v << ", m=" << m << ")");
+      }
+      break;
+    }
+    const double t = clock[r];
+    auto& out = s.actions[r];
+    double bInput = -1, fInput = -1;
+    int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
+    if (nextB[r] < nextF[r]) {
+      bStage = backwardStage(nextB[r], r);
+      bMb = microBatchOf(nextB[r]);
+      bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : bEnd[bStage + 1][bMb];
+    }
+    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < toBLimit(r) && nextF[r] - wDone[r] < toWLimit;
+    if (fRoom) {
+      fStage = forwardStage(nextF[r], r);
+      fMb = microBatchOf(nextF[r]);
+      fInput = fStage == 0 ? 0.0 : fEnd[fStage - 1][fMb];
+    }
+    if (arrived(bInput, t)) {
+      appendBackwardInput(out, bStage, stages, bMb);
+      bEnd[bStage][bMb] = clock[r] += bCost(bStage);
+      pendingW[r].push_back({bStage, bMb});
+      ++nextB[r];
+    } else if (fRoom && arrived(fInput, t)) {
+      appendForward(out, fStage, stages, fMb);
+      fEnd[fStage][fMb] = clock[r] += 1.0;
+      ++nextF[r];
+    } else if (!pendingW[r].empty()) {
+      auto [st, mb] = pendingW[r].front();
+      out.push_back({ActionKind::BackwardWeight, mb, st});
+      clock[r] += wCost(st);
+      pendingW[r].pop_front();
+      ++wDone[r];
+    } else {
+      // Nothing to run now: wait for the earlier of the inputs already on their way.
+      double next = std::numeric_limits<double>::infinity();
+      if (bInput > t) next = std::min(next, bInput);
+      if (fRoom && fInput > t) next = std::min(next, fInput);
+      if (next < std::numeric_limits<double>::infinity()) {
+        clock[r] = next;
+      } else {
+        asleep[r] = true;
+      }
+      continue;
+    }
+    --left[r];
+    std::fill(asleep.begin(), asleep.end(), false);
   }
   return s;
+}
+
+}  // namespace
+
+Schedule makeZeroBubbleH1(int stages, int microBatches) {
+  checkDims(stages, microBatches);
+  return listScheduleZeroBubble("zb-h1", stages, 1, microBatches);
 }
 
 Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
@@ -136,6 +193,15 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
   return s;
 }
 
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches) {
+  checkDims(ranks, microBatches);
+  SLUICE_CHECK(chunks >= 1, ScheduleError, "interleaved-zb: chunks per rank must be at least 1 (got " << chunks << ")");
+  SLUICE_CHECK(microBatches % ranks == 0, ScheduleError,
+               "interleaved-zb takes micro-batches p at a time: pipeline.microbatches ("
+                   << microBatches << ") must be a multiple of pipeline.stages (" << ranks << ")");
+  return listScheduleZeroBubble("interleaved-zb", ranks, chunks, microBatches);
+}
+
 std::vector<Action> Schedule::stageActions(int stage) const {
   std::vector<Action> out;
   const int r = rankOf(stage);
@@ -148,18 +214,22 @@ std::vector<Action> Schedule::stageActions(int stage) const {
 }
 
 const std::vector<std::string>& scheduleNames() {
-  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1", "interleaved"};
+  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1", "interleaved", "interleaved-zb"};
   return names;
 }
 
+bool interleavesStages(const std::string& name) { return name == "interleaved" || name == "interleaved-zb"; }
+
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks) {
   if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);
+  if (name == "interleaved-zb") return makeInterleavedZeroBubble(stages, chunks, microBatches);
   SLUICE_CHECK(chunks == 1, ScheduleError,
-               "schedule '" << name << "' runs one stage per rank; only interleaved takes " << chunks << " chunks");
+               "schedule '" << name << "' runs one stage per rank; only interleaved and interleaved-zb take " << chunks
+                                           << " chunks");
   if (name == "gpipe") return makeGPipe(stages, microBatches);
   if (name == "1f1b") return make1F1B(stages, microBatches);
   if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches);
-  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b, zb-h1 or interleaved)");
+  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b, zb-h1, interleaved or interleaved-zb)");
 }
 
 bool splitsBackward(const Schedule& schedule) {

@@ -81,10 +81,19 @@ Schedule makeZeroBubbleH1(int stages, int microBatches);
 // chunk down). Needs m a multiple of p (ScheduleError otherwise). Memory per
 // rank: at most that warm-up + 1 pieces in flight.
 Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
+// Interleaved zero-bubble: interleaved 1F1B's chunks and piece order with
+// ZB-H1's split backward, list-scheduled as makeZeroBubbleH1 (unit costs; a
+// free rank runs its next backward piece's B when ready, else its next
+// forward piece if memory allows, else its oldest pending W). Memory: the
+// same warm-up + 1 pieces between F and B as interleaved 1F1B, and at most
+// its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches);
 // The schedules makeSchedule() knows, for messages and config checks.
-const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved
+const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved, interleaved-zb
+// True for the schedules that put several stages (chunks) on each rank.
+bool interleavesStages(const std::string& name);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
-// ranks; `chunks` (stages per rank) must be 1 except for interleaved, where
+// ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
 // the schedule has stages x chunks stages.
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.

@@ -1,6 +1,7 @@
 // The correctness contract on a real GPT: 10 steps with 1 stage, 2 stages
 // GPipe, 1F1B and ZB-H1 (cut inside a transformer block), and interleaved
-// 1F1B (2 ranks x 2 stages each) give the same per-step losses as one process
+// 1F1B (2 ranks x 2 and x 3 stages each) and interleaved zero-bubble (2 x 2)
+// give the same per-step losses as one process
 // training the eager module with AdamW.
 // Runs under mpirun -np 2.
 //
@@ -151,12 +152,12 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
 // Interleaved 1F1B: the graph cut into ranks x chunks stages (equal
 // parameter bytes), stage s on rank s % ranks; each rank runs its stages
 // together (RankWorker), messages on one communicator per boundary.
-std::vector<double> interleavedLosses(const Communicator& comm, int chunks) {
+std::vector<double> interleavedLosses(const Communicator& comm, int chunks, const std::string& name = "interleaved") {
   torch::manual_seed(kSeed);
   models::Gpt gpt(test::tinyGpt(2));
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   const int p = comm.size();
-  auto schedule = pipeline::makeSchedule("interleaved", p, kMicroBatches, chunks);
+  auto schedule = pipeline::makeSchedule(name, p, kMicroBatches, chunks);
   auto stages = splitGraph(graph, partition::parameterCuts(graph, p * chunks));
   auto links = pipeline::boundaryCommunicators(comm, schedule);
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
@@ -183,11 +184,13 @@ TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
   auto ref = referenceLosses();
   auto two = interleavedLosses(world, 2);
   auto three = interleavedLosses(world, 3);
+  auto zb = interleavedLosses(world, 2, "interleaved-zb");
   if (world.rank() == 1) {
     expectSameLosses(two, ref, "interleaved 1f1b, 2 ranks x 2 stages");
     expectSameLosses(three, ref, "interleaved 1f1b, 2 ranks x 3 stages");
+    expectSameLosses(zb, ref, "interleaved-zb (split backward), 2 ranks x 2 stages");
   } else {
-    EXPECT_TRUE(two.empty() && three.empty()) << "rank 0 hosts no last stage";
+    EXPECT_TRUE(two.empty() && three.empty() && zb.empty()) << "rank 0 hosts no last stage";
   }
 }
 

@@ -1,4 +1,4 @@
-// Schedules as data: GPipe, 1F1B, ZB-H1 and interleaved 1F1B valid over a range of sizes; broken ones rejected.
+// Schedules as data: GPipe, 1F1B, ZB-H1, interleaved 1F1B and interleaved zero-bubble valid over a range of sizes; broken ones rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,13 +133,15 @@ TEST(Schedule, ZeroBubbleH1IsValidAtOneFOneBMemory) {
 
 // The simulator against closed forms: with per-micro-batch forward f and
 // backward b on every stage and free messages, GPipe and 1F1B take
-// (m + p - 1)(f + b); ZB-H1 (b split in halves) is shorter whenever there is
-// a bubble, and never below the busy time m (f + b).
+// (m + p - 1)(f + b); ZB-H1 (b split in halves, except on stage 0, whose
+// whole backward is weight work) is shorter whenever there is a bubble, and
+// never below the busy time m (f + b).
 TEST(Schedule, SimulatedStepTimes) {
   const double f = 1, b = 2;
   for (int p = 1; p <= 4; ++p) {
     for (int m = 1; m <= 8; ++m) {
       std::vector<StageTimes> t(p, StageTimes{f, b, b / 2, b / 2});
+      t[0] = StageTimes{f, b, 0, b};  // stage 0's inputs are data: its whole backward is weight work
       const double bound = (m + p - 1) * (f + b);
       EXPECT_DOUBLE_EQ(simulateStep(makeGPipe(p, m), t), bound) << "p=" << p << " m=" << m;
       EXPECT_DOUBLE_EQ(simulateStep(make1F1B(p, m), t), bound) << "p=" << p << " m=" << m;
@@ -204,6 +206,47 @@ TEST(Schedule, InterleavedRankOrder) {
       {K::Forward, {2, 2}},  {K::Backward, {0, 0}}, {K::Forward, {3, 2}},  {K::Backward, {1, 0}},
       {K::Backward, {2, 2}}, {K::Backward, {3, 2}}, {K::Backward, {2, 0}}, {K::Backward, {3, 0}}};
   EXPECT_EQ(compute, want) << toString(s);
+}
+
+// Interleaved zero-bubble: valid for p 2..4, v 1..3, m multiples of p up to
+// 12, backward split on every stage; per rank at most interleaved 1F1B's
+// warm-up + 1 pieces between F and B, and at most rank 0's between F and W;
+// with each rank's work in v chunks and the backward split in halves its
+// step is never longer than interleaved 1F1B's, and shorter whenever there is a
+// bubble to fill (p > 1 and m > p).
+TEST(Schedule, InterleavedZeroBubbleIsValidAndFillsTheBubble) {
+  for (int p = 2; p <= 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      for (int m = p; m <= 12; m += p) {
+        auto s = makeSchedule("interleaved-zb", p, m, v);
+        ASSERT_EQ(s.stages, p * v);
+        EXPECT_TRUE(splitsBackward(s));
+        EXPECT_NO_THROW(checkSchedule(s)) << toString(s);
+        auto warmup = [&](int r) { return m == p ? m * v : std::min((p - r - 1) * 2 + (v - 1) * p, m * v); };
+        for (int r = 0; r < p; ++r) {
+          int toB = 0, toW = 0, peakB = 0, peakW = 0;
+          for (auto& a : s.actions[r]) {
+            if (a.kind == K::Forward) ++toB, ++toW;
+            if (a.kind == K::BackwardInput) --toB;
+            if (a.kind == K::BackwardWeight) --toW;
+            peakB = std::max(peakB, toB);
+            peakW = std::max(peakW, toW);
+          }
+          EXPECT_LE(peakB, warmup(r) + 1) << "p=" << p << " v=" << v << " m=" << m << " rank " << r;
+          EXPECT_LE(peakW, warmup(0) + 1) << "p=" << p << " v=" << v << " m=" << m << " rank " << r;
+        }
+        const double f = 1, b = 2;
+        std::vector<StageTimes> t(p * v, StageTimes{f / v, b / v, b / v / 2, b / v / 2});
+        t[0] = StageTimes{f / v, b / v, 0, b / v};
+        const double zb = simulateStep(s, t), inter = simulateStep(makeInterleaved1F1B(p, v, m), t);
+        EXPECT_GE(zb, m * (f + b) - 1e-9);
+        EXPECT_LE(zb, inter + 1e-9) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s);
+        if (m > p) EXPECT_LT(zb, inter) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s);
+      }
+    }
+  }
+  EXPECT_THROW(makeSchedule("interleaved-zb", 2, 3, 2), ScheduleError);  // m not a multiple of p
+  EXPECT_TRUE(interleavesStages("interleaved-zb") && interleavesStages("interleaved") && !interleavesStages("zb-h1"));
 }
 
 }  // namespace
