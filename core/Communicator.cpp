@@ -236,10 +236,19 @@ void Work::wait() {
   // whose message arrived before it was posted) when ranks share cores, and
   // then never returns; MPI_Testall sees it.
   {
-    // Poll, so that a peer that never answers is noticed: spin briefly (most
-    // waits are short), then sleep a little longer each time (at most 1 ms).
+    // Poll, so that a peer that never answers is noticed. Note [waiting]:
+    // for the first 10 ms poll back to back, yielding the core between
+    // polls (a rank that waits has nothing else to run; when ranks share
+    // cores, the yield lets the peer we wait for run). Pipeline waits are
+    // mostly a few ms (a peer's forward or backward), and a message is taken
+    // within microseconds of its arrival. Longer waits (collectives behind a
+    // slow rank, a stopped peer) sleep, 50 us doubling up to 1 ms, so an
+    // idle rank costs no CPU. (Sleeping from the first 0.5 ms on, as before,
+    // added up to 1 ms to every wait: the profile measured a 0.94 ms
+    // one-way latency for 64 bytes, and each pipeline hop paid it.)
     const auto t0 = std::chrono::steady_clock::now();
     int done = 0;
+    int64_t nap = 50;
     for (int64_t polls = 0; !done; ++polls) {
       rc = MPI_Testall(n, requests_.data(), &done, statuses.data());
       if (rc != MPI_SUCCESS || done) break;
@@ -254,7 +263,12 @@ void Work::wait() {
                         ": the peer did not answer (it may have failed, stopped or be stuck); raise cluster.timeout_s "
                         "if such waits are expected");
       }
-      if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(std::min<int64_t>(1000, polls / 4)));
+      if (waited < 0.01) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(nap));
+        nap = std::min<int64_t>(1000, nap * 2);
+      }
     }
   }
   if (rc != MPI_SUCCESS) fail(firstError(rc, statuses));

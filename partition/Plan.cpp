@@ -513,17 +513,19 @@ std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, c
 }
 
 // The predicted step of a schedule other than GPipe and 1F1B (zb-h1,
-// interleaved): simulated (pipeline::simulateStep) with each stage's
-// predicted time split in the profile's forward : backward ratio, and its
-// backward into the weight gradients (the profiled weightBackwardSeconds of
-// its nodes) and the rest (input gradients, with the loss); on stage 0, whose
-// inputs need no gradient, all of it is weight work. The partitioner's cuts
-// come from the 1F1B objective, which balances the same stage times.
-double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part) {
+// interleaved, interleaved-zb): simulated (pipeline::simulateStep) with each
+// stage's predicted time less its communication split in the profile's
+// forward : backward ratio, and its backward into the weight gradients (the
+// profiled weightBackwardSeconds of its nodes) and the rest (input gradients,
+// with the loss); on stage 0, whose inputs need no gradient, all of it is
+// weight work. Each message delays its receiver by the slowest cut's one-way
+// transfer. The DP's cuts come from the 1F1B objective; refineForSchedule
+// then moves them for this simulated step.
+double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
   std::vector<pipeline::StageTimes> times;
   for (auto& s : part.stages) {
-    const double fb = s.forward + s.backward;
-    const double f = fb > 0 ? s.time * s.forward / fb : s.time / 2, b = s.time - f;
+    const double fb = s.forward + s.backward, busy = s.time - s.comm;
+    const double f = fb > 0 ? busy * s.forward / fb : busy / 2, b = busy - f;
     double nodesBackward = 0, weight = 0;
     for (int j = s.first; j < s.end; ++j) {
       nodesBackward += profile.nodes[j].backwardSeconds;
@@ -532,7 +534,12 @@ double simulatedStepTime(const PlanSettings& st, const Profile& profile, const P
     const double w = s.stage == 0 ? b : nodesBackward > 0 ? s.backward * weight / nodesBackward : b / 2;
     times.push_back({f, b, b - w, w});
   }
-  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks), times);
+  // Messages overlap compute (sends are nonblocking, receives posted ahead):
+  // a boundary costs the step its transfer time on the critical path, one way.
+  double latency = 0;
+  for (int cut : part.cuts) latency = std::max(latency, commSeconds(p, cut) / 2);
+  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks), times,
+                                latency);
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -552,7 +559,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
-  if (!problem.inFlightPerStage.empty()) plan.stepTime = simulatedStepTime(st, profile, part);
+  if (!problem.inFlightPerStage.empty()) plan.stepTime = simulatedStepTime(st, profile, part, problem);
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;
@@ -647,6 +654,45 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
   return cuts ? partitionWithCuts(p, *cuts) : partitionOptimal(p);
 }
 
+// Schedules other than GPipe and 1F1B (zb-h1, interleaved, interleaved-zb):
+// the DP's cuts minimise the 1F1B objective (sum t + (m - 1) max t), which
+// balances stages one by one; these schedules' step also depends on how the
+// stages' times add up per rank and on which stage starts and ends the
+// pipeline. So move one cut at a time by a few nodes (coordinate descent)
+// while the simulated step (simulatedStepTime) improves. Every candidate is
+// evaluated exactly as the final plan is (its stages' best actions within the
+// budget; cuts that are invalid or do not fit are skipped).
+Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
+                            Partition part) {
+  if (p.inFlightPerStage.empty() || part.cuts.empty()) return part;
+  double best = simulatedStepTime(st, profile, part, p);
+  static const int kDeltas[] = {1, -1, 2, -2, 3, -3, 4, -4, 6, -6, 8, -8, 12, -12, 16, -16};
+  for (int round = 0; round < 32; ++round) {
+    bool improved = false;
+    for (size_t k = 0; k < part.cuts.size(); ++k) {
+      for (int delta : kDeltas) {
+        auto cuts = part.cuts;
+        cuts[k] += delta;
+        const int lo = k == 0 ? 1 : cuts[k - 1] + 1, hi = k + 1 < cuts.size() ? cuts[k + 1] - 1 : p.numNodes() - 1;
+        if (cuts[k] < lo || cuts[k] > hi) continue;
+        try {
+          auto candidate = partitionFor(graph, profile, st, p, &cuts);
+          const double t = simulatedStepTime(st, profile, candidate, p);
+          if (t < best * (1 - 1e-9)) {
+            best = t;
+            part = std::move(candidate);
+            improved = true;
+          }
+        } catch (const PlanError&) {
+        } catch (const GraphError&) {
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  return part;
+}
+
 }  // namespace
 
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
@@ -657,7 +703,8 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   SLUICE_CHECK(st.method == "profile", PlanError,
                "partition: unknown method '" << st.method << "' (profile | uniform | parameters | layers)");
   auto problem = makeProblem(graph, profile, st);
-  return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
+  return toPlan(graph, profile, st, problem,
+                refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr)));
 }
 
 Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {

@@ -2,7 +2,7 @@
 # `sluice train` with 1 stage (AdamW), 2 stages (AdamW) and 2 stages x 2
 # data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), each
 # also with the zero-bubble schedule zb-h1 for the 2-stage runs, and 2 ranks
-# interleaved (2 stages each), same seed
+# interleaved (2 stages each), plain and zero-bubble (interleaved-zb), same seed
 # and global batch, write the same per-step losses to metrics.jsonl, to a
 # relative 1e-5: compiled graphs of different cuts, and gradient averages over
 # replicas, round differently (see EquivalenceTest and DistAdamTest).
@@ -19,6 +19,8 @@ train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pi
 train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
 # Interleaved 1F1B: 2 ranks x 2 stages each (the graph cut into 4 pieces).
 train inter --set pipeline.stages=2 --set pipeline.schedule=interleaved
+# Both: interleaved chunks with the split backward.
+train inter_zb --set pipeline.stages=2 --set pipeline.schedule=interleaved-zb
 train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
@@ -40,9 +42,21 @@ grep -q "stage 3: nodes" "$TMP/inter/logs/rank_1.log" || fail "rank 1 of the int
 # Every planned run ends with the cost model's compute per rank next to the measured one.
 [ "$(grep -A3 "compute per micro-batch per rank" "$TMP/inter/logs/rank_0.log" | grep -cE "^ +[01] +[01] +[0-9.]+ +[0-9.]+ +-?[0-9]+%")" -eq 2 ] ||
   fail "the inter run did not print predicted vs measured compute for both ranks"
+compare_losses "$TMP/one" "$TMP/inter_zb" 10
+grep -q "schedule.*interleaved-zb, 2 stages per rank" "$TMP/inter_zb/logs/rank_0.log" ||
+  fail "the inter_zb run did not run interleaved-zb"
+# Its predicted peaks (interleaved-zb's own in-flight counts) cover the measured ones.
+for r in 0 1; do
+  while read -r stage measured predicted; do
+    [ "$measured" -le "$predicted" ] || fail "interleaved-zb stage $stage measured peak $measured above the predicted $predicted"
+  done < <(sed -n 's/.*stage \([0-9]*\) measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2 \3/p' \
+    "$TMP/inter_zb/logs/rank_$r.log")
+done
+[ "$(grep -c "measured_peak_bytes=" "$TMP/inter_zb/logs/rank_"*.log | awk -F: '{ n += $2 } END { print n }')" -ge 2 ] ||
+  fail "the inter_zb run reported no predicted vs measured peaks"
 compare_losses "$TMP/one" "$TMP/auto" 10
-grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms" "$TMP/auto.out" ||
+grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms, interleaved-zb x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: 1-stage, 2-stage, 2x2, zb-h1 (2-stage, 2x2) and interleaved (2 x 2 stages) losses agree"
+echo "ok: 1-stage, 2-stage, 2x2, zb-h1 (2-stage, 2x2), interleaved and interleaved-zb (2 x 2 stages) losses agree"
