@@ -14,6 +14,20 @@
 namespace sluice {
 namespace {
 
+// Seconds a wait polls back to back (yielding) before it sleeps (Note
+// [waiting]): 10 ms, or 0.5 ms when this machine runs more ranks than it has
+// cores (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), where a polling rank would
+// take CPU time from the ranks it waits for.
+double busyPollSeconds() {
+  static const double seconds = [] {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const unsigned cores = std::thread::hardware_concurrency();
+    const bool oversubscribed = local && cores > 0 && std::atoi(local) > static_cast<int>(cores);
+    return oversubscribed ? 0.0005 : 0.01;
+  }();
+  return seconds;
+}
+
 // Note [p2p header]
 // Every p2p message is two MPI messages on the same (peer, tag): a fixed-size
 // int64 header {magic, dtype, requiresGrad, ndim, dims...} on tag 2t and the
@@ -237,7 +251,7 @@ void Work::wait() {
   // then never returns; MPI_Testall sees it.
   {
     // Poll, so that a peer that never answers is noticed. Note [waiting]:
-    // for the first 10 ms poll back to back, yielding the core between
+    // for the first 10 ms (busyPollSeconds) poll back to back, yielding the core between
     // polls (a rank that waits has nothing else to run; when ranks share
     // cores, the yield lets the peer we wait for run). Pipeline waits are
     // mostly a few ms (a peer's forward or backward), and a message is taken
@@ -263,7 +277,7 @@ void Work::wait() {
                         ": the peer did not answer (it may have failed, stopped or be stuck); raise cluster.timeout_s "
                         "if such waits are expected");
       }
-      if (waited < 0.01) {
+      if (waited < busyPollSeconds()) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(nap));

@@ -604,7 +604,8 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
       }
       plan.decisions.push_back(std::move(d));
     }
-    busy += st.microBatches * s.time;
+    // Simulated schedules count communication as latency, not as busy time.
+    busy += st.microBatches * (problem.inFlightPerStage.empty() ? s.time : s.time - s.comm);
     plan.stages.push_back(std::move(ps));
   }
   // Idle share of the step, averaged over ranks.
@@ -658,7 +659,7 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
 // the DP's cuts minimise the 1F1B objective (sum t + (m - 1) max t), which
 // balances stages one by one; these schedules' step also depends on how the
 // stages' times add up per rank and on which stage starts and ends the
-// pipeline. So move one cut at a time by a few nodes (coordinate descent)
+// pipeline. So move one cut at a time by up to kRefineReach nodes (coordinate descent)
 // while the simulated step (simulatedStepTime) improves. Every candidate is
 // evaluated exactly as the final plan is (its stages' best actions within the
 // budget; cuts that are invalid or do not fit are skipped).
@@ -666,11 +667,11 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
                             Partition part) {
   if (p.inFlightPerStage.empty() || part.cuts.empty()) return part;
   double best = simulatedStepTime(st, profile, part, p);
-  static const int kDeltas[] = {1, -1, 2, -2, 3, -3, 4, -4, 6, -6, 8, -8, 12, -12, 16, -16};
-  for (int round = 0; round < 32; ++round) {
+  for (int round = 0; round < 256; ++round) {  // each round but the last improves the step
     bool improved = false;
     for (size_t k = 0; k < part.cuts.size(); ++k) {
-      for (int delta : kDeltas) {
+      for (int step = 1; step <= 2 * kRefineReach; ++step) {
+        const int delta = step % 2 ? (step + 1) / 2 : -step / 2;  // 1, -1, 2, -2, ...
         auto cuts = part.cuts;
         cuts[k] += delta;
         const int lo = k == 0 ? 1 : cuts[k - 1] + 1, hi = k + 1 < cuts.size() ? cuts[k + 1] - 1 : p.numNodes() - 1;

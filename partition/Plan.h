@@ -107,6 +107,10 @@ std::vector<int> parameterCuts(const OpGraph& graph, int stages);
 // Cuts fall only between layers (snapped to the nearest valid cut). PlanError
 // when there are fewer layers than stages.
 std::vector<int> layerCuts(const OpGraph& graph, const Profile& profile, int stages);
+// For zb-h1, interleaved and interleaved-zb the profile method's cuts are a
+// local optimum of the schedule's simulated step: no single cut moved by up
+// to kRefineReach nodes gives a shorter one (Plan.cpp, refineForSchedule).
+constexpr int kRefineReach = 16;
 // Throws PlanError (no plan fits; an unknown method or policy) or GraphError.
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
 // The plan for given cuts (settings.method is recorded as given): the best
