@@ -66,9 +66,10 @@ Schedule make1F1B(int stages, int microBatches);
 // Zero-bubble ZB-H1 (Qi et al., ICLR 2024): backward split into
 // BackwardInput (B) and BackwardWeight (W); B runs as soon as its gradient is
 // there (it is what the previous stage waits for), W fills time that would be
-// bubble. Built by list-scheduling with unit costs (F = B = W): a free stage
-// runs a ready B, else the next F if its memory allows, else the oldest
-// pending W. Memory: at most min(p - s, m) micro-batches between F and B
+// bubble. Built by list-scheduling in time with unit costs (F = B = W = 1,
+// except stage 0, whose inputs are data: B = 0, W = 2): a free stage runs a
+// ready B, else the next F if its memory allows, else the oldest pending W,
+// else it waits for the next input on its way. Memory: at most min(p - s, m) micro-batches between F and B
 // (1F1B's), and at most min(p, m) between F and W (1F1B's peak, that of
 // stage 0), so no stage holds more than 1F1B's most loaded stage.
 Schedule makeZeroBubbleH1(int stages, int microBatches);
