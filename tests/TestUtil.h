@@ -5,6 +5,7 @@
 
 #include "core/OpGraph.h"
 #include "models/Gpt.h"
+#include "partition/Profile.h"
 
 namespace sluice::test {
 
@@ -21,6 +22,29 @@ inline models::GptOptions tinyGpt(int layers = 2) {
 inline OpGraph captureGpt(models::Gpt& gpt, int64_t batch, int64_t seq) {
   auto tokens = torch::zeros({batch, seq}, torch::kLong);
   return capture(*gpt, [&](const std::vector<torch::Tensor>& in) { return gpt->forward(in[0]); }, {{"tokens", tokens}});
+}
+
+// A profile of `graph` with random node times (torch::rand, so seeded by
+// torch::manual_seed): forward and backward uniform in [0, 1) ms, the
+// backward's weight-gradient share uniform in [0, 1), a 2 ms loss forward,
+// no saved tensors (so time alone decides a plan).
+inline partition::Profile randomTimesProfile(const OpGraph& graph) {
+  const int n = graph.numNodes();
+  partition::Profile profile;
+  profile.graphHash = graph.hash();
+  profile.facts.outputs.assign(n, {});
+  profile.facts.writesParameter.assign(n, 0);
+  auto t = torch::rand({n, 3}, torch::kDouble);
+  for (int j = 0; j < n; ++j) {
+    partition::NodeProfile p;
+    p.index = j;
+    p.forwardSeconds = t[j][0].item<double>() * 1e-3;
+    p.backwardSeconds = t[j][1].item<double>() * 1e-3;
+    p.weightBackwardSeconds = p.backwardSeconds * t[j][2].item<double>();
+    profile.nodes.push_back(p);
+  }
+  profile.lossForwardSeconds = 2e-3;
+  return profile;
 }
 
 }  // namespace sluice::test

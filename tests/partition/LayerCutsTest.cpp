@@ -41,16 +41,7 @@ TEST(LayerCuts, SlowestStageIsTheSmallestOfAllLayerSplits) {
   bounds.push_back(n);
 
   for (int trial = 0; trial < 5; ++trial) {
-    Profile profile;
-    auto t = torch::rand({n, 2}, torch::kDouble) * 1e-3;
-    for (int j = 0; j < n; ++j) {
-      NodeProfile p;
-      p.index = j;
-      p.forwardSeconds = t[j][0].item<double>();
-      p.backwardSeconds = t[j][1].item<double>();
-      profile.nodes.push_back(p);
-    }
-    profile.lossForwardSeconds = 2e-3;
+    const auto profile = test::randomTimesProfile(graph);
     auto timeOf = [&](int from, int to) {
       double sum = to == n ? profile.lossForwardSeconds : 0;
       for (int j = from; j < to; ++j) sum += profile.nodes[j].forwardSeconds + profile.nodes[j].backwardSeconds;

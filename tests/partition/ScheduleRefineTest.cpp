@@ -20,20 +20,7 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
   const int n = graph.numNodes();
   int better = 0, checked = 0;
   for (int trial = 0; trial < 4; ++trial) {
-    Profile profile;
-    profile.graphHash = graph.hash();
-    profile.facts.outputs.assign(n, {});  // no saved tensors: time alone decides
-    profile.facts.writesParameter.assign(n, 0);
-    auto t = torch::rand({n, 3}, torch::kDouble) * 1e-3;
-    for (int j = 0; j < n; ++j) {
-      NodeProfile p;
-      p.index = j;
-      p.forwardSeconds = t[j][0].item<double>();
-      p.backwardSeconds = t[j][1].item<double>();
-      p.weightBackwardSeconds = p.backwardSeconds * t[j][2].item<double>() * 1e3;
-      profile.nodes.push_back(p);
-    }
-    profile.lossForwardSeconds = 2e-3;
+    const auto profile = test::randomTimesProfile(graph);
     for (auto [schedule, chunks] : {std::pair<const char*, int>{"zb-h1", 1}, {"interleaved", 2}, {"interleaved-zb", 2}}) {
       PlanSettings st;
       st.stages = 2;
