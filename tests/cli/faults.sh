@@ -35,6 +35,19 @@ for r in 0 1; do
   echo "ok: an exception on rank $r ends the job in ${took} s: $msg"
 done
 
+# The same under interleaved-zb (2 stages per rank, split backward): rank 1
+# fails in its second micro-batch's forward while rank 0 is mid-schedule.
+rc=0
+SLUICE_FAULT=throw:rank=1:step=2:mb=1 run throw_izb --set pipeline.schedule=interleaved-zb || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$TMP/throw_izb.log"; fail "interleaved-zb throw: exit $rc"; }
+msg="sluice: the job failed: rank 1: SLUICE_FAULT: injected failure in micro-batch 1 of step 2 on rank 1"
+grep -qF "$msg" "$TMP/throw_izb.log" || { cat "$TMP/throw_izb.log"; fail "interleaved-zb throw: no root cause line"; }
+grep -q "interleaved-zb, 2 stages per rank" "$TMP/throw_izb.log" || fail "interleaved-zb throw: the run did not interleave"
+took=$(( $(ended throw_izb) - $(at throw_izb "step 2/6") ))
+[ "$took" -le 30 ] || fail "interleaved-zb throw: the job took $took s to end after the failure"
+no_rank_left throw_izb
+echo "ok: under interleaved-zb an exception on rank 1 ends the job in ${took} s"
+
 # A stuck rank (SIGSTOP) is named by its peer's watchdog within timeout + 10 s.
 rc=0
 SLUICE_FAULT=hang:rank=0:step=2 run hang --set cluster.timeout_s=3 || rc=$?
