@@ -675,7 +675,8 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
         auto cuts = part.cuts;
         cuts[k] += delta;
         const int lo = k == 0 ? 1 : cuts[k - 1] + 1, hi = k + 1 < cuts.size() ? cuts[k + 1] - 1 : p.numNodes() - 1;
-        if (cuts[k] < lo || cuts[k] > hi) continue;
+        // Fixed policies (none, full_recompute) do not check cuts themselves: skip invalid ones here.
+        if (cuts[k] < lo || cuts[k] > hi || !p.validCut[cuts[k]]) continue;
         try {
           auto candidate = partitionFor(graph, profile, st, p, &cuts);
           const double t = simulatedStepTime(st, profile, candidate, p);

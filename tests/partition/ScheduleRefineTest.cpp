@@ -1,4 +1,5 @@
-// Plans for zb-h1, interleaved and interleaved-zb on a captured GPT with
+// Plans for zb-h1, interleaved and interleaved-zb (memory policies plan and
+// none) on a captured GPT with
 // random per-node times: the profile method's cuts are a local optimum of the
 // schedule's simulated step (no single cut moved by up to kRefineReach nodes,
 // planned here through planForCuts, predicts a shorter step), never worse than
@@ -21,8 +22,12 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
   int better = 0, checked = 0;
   for (int trial = 0; trial < 4; ++trial) {
     const auto profile = test::randomTimesProfile(graph);
-    for (auto [schedule, chunks] : {std::pair<const char*, int>{"zb-h1", 1}, {"interleaved", 2}, {"interleaved-zb", 2}}) {
+    // Policy none: fixed choices, where the partitioner does not check cuts itself.
+    for (int c = 0; c < 6; ++c) {
+      const char* schedule = c / 2 == 0 ? "zb-h1" : c / 2 == 1 ? "interleaved" : "interleaved-zb";
+      const int chunks = c / 2 == 0 ? 1 : 2;
       PlanSettings st;
+      st.policy = c % 2 ? "none" : "plan";
       st.stages = 2;
       st.microBatches = 4;
       st.schedule = schedule;
