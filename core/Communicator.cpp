@@ -263,7 +263,7 @@ void Work::wait() {
     const auto t0 = std::chrono::steady_clock::now();
     int done = 0;
     int64_t nap = 50;
-    for (int64_t polls = 0; !done; ++polls) {
+    while (!done) {
       rc = MPI_Testall(n, requests_.data(), &done, statuses.data());
       if (rc != MPI_SUCCESS || done) break;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -267,8 +267,12 @@ void validate(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  require(in(p.schedule, {"gpipe", "1f1b", "zb-h1", "interleaved", "interleaved-zb", "auto"}),
-          "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved, interleaved-zb or auto, got '" + p.schedule + "'");
+  const auto& schedules = pipeline::scheduleNames();
+  std::string scheduleChoices;
+  for (auto& name : schedules) scheduleChoices += name + ", ";
+  scheduleChoices.replace(scheduleChoices.size() - 2, 2, " or auto");
+  require(p.schedule == "auto" || std::find(schedules.begin(), schedules.end(), p.schedule) != schedules.end(),
+          "pipeline.schedule must be " + scheduleChoices + ", got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
@@ -352,7 +356,7 @@ void validate(Config& c) {
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
-  require(mem.policy != "full_recompute" || !in(p.schedule, {"zb-h1", "interleaved", "interleaved-zb"}),
+  require(mem.policy != "full_recompute" || !pipeline::keepsEverySavedTensor(p.schedule),
           "memory.policy full_recompute does not work with pipeline.schedule " + p.schedule +
               " (it keeps every saved tensor): use 1f1b or gpipe, or memory.policy plan");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));

@@ -1,5 +1,6 @@
 #include "launcher/Planning.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -94,12 +95,12 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   };
   if (settings.schedule != "auto") return plan(settings.schedule);
   std::vector<std::string> candidates{"1f1b", "zb-h1", "gpipe"};
-  if (settings.policy == "full_recompute") candidates.erase(candidates.begin() + 1);  // zb-h1 keeps every saved tensor
   // Interleaved where the config allows it (pipeline.chunks > 1, Config.h) and the cuts, if given, are for it.
   const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
-  if (chunks > 1 && cutsForInterleaved) {
-    candidates.push_back("interleaved");
-    if (settings.policy != "full_recompute") candidates.push_back("interleaved-zb");
+  if (chunks > 1 && cutsForInterleaved) candidates.insert(candidates.end(), {"interleaved", "interleaved-zb"});
+  if (settings.policy == "full_recompute") {
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(), pipeline::keepsEverySavedTensor),
+                     candidates.end());
   }
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;

@@ -35,6 +35,27 @@ void checkDims(int stages, int microBatches) {
   SLUICE_CHECK(microBatches >= 1, ScheduleError, "a schedule needs at least 1 micro-batch (got " << microBatches << ")");
 }
 
+// Interleaved 1F1B's piece order: the k-th forward (backward) piece of rank
+// r. Micro-batches in groups of p, each group through every chunk (backwards:
+// from the last chunk down); with v = 1, 1F1B's order.
+struct PieceOrder {
+  int p, v, m;
+  int microBatchOf(int k) const { return (k / (p * v)) * p + k % p; }
+  int forwardStage(int k, int r) const { return ((k / p) % v) * p + r; }
+  int backwardStage(int k, int r) const { return (v - 1 - (k / p) % v) * p + r; }
+  // Forward pieces rank r runs before its first backward (v > 1). With m == p
+  // there is no steady phase to overlap: all of them.
+  int warmup(int r) const { return m == p ? m * v : std::min((p - r - 1) * 2 + (v - 1) * p, m * v); }
+};
+
+void checkInterleaved(const std::string& name, int ranks, int chunks, int microBatches) {
+  checkDims(ranks, microBatches);
+  SLUICE_CHECK(chunks >= 1, ScheduleError, name << ": chunks per rank must be at least 1 (got " << chunks << ")");
+  SLUICE_CHECK(microBatches % ranks == 0, ScheduleError,
+               name << " takes micro-batches p at a time: pipeline.microbatches (" << microBatches
+                    << ") must be a multiple of pipeline.stages (" << ranks << ")");
+}
+
 }  // namespace
 
 Schedule makeGPipe(int stages, int microBatches) {
@@ -77,14 +98,9 @@ namespace {
 Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
   const int stages = p * v, total = m * v;
   Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
-  auto microBatchOf = [&](int k) { return (k / (p * v)) * p + k % p; };
-  auto forwardStage = [&](int k, int r) { return ((k / p) % v) * p + r; };
-  auto backwardStage = [&](int k, int r) { return (v - 1 - (k / p) % v) * p + r; };
+  const PieceOrder order{p, v, m};
   // Pieces between F and B per rank: 1F1B's p - r, or interleaved 1F1B's warm-up + 1.
-  auto toBLimit = [&](int r) {
-    if (v == 1) return std::min(p - r, m);
-    return (m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total)) + 1;
-  };
+  auto toBLimit = [&](int r) { return v == 1 ? std::min(p - r, m) : order.warmup(r) + 1; };
   const int toWLimit = v == 1 ? std::min(p, m) : toBLimit(0);  // the most loaded rank's
   auto bCost = [](int st) { return st == 0 ? 0.0 : 1.0; };
   auto wCost = [](int st) { return st == 0 ? 2.0 : 1.0; };
@@ -112,14 +128,14 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
     double bInput = -1, fInput = -1;
     int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
     if (nextB[r] < nextF[r]) {
-      bStage = backwardStage(nextB[r], r);
-      bMb = microBatchOf(nextB[r]);
+      bStage = order.backwardStage(nextB[r], r);
+      bMb = order.microBatchOf(nextB[r]);
       bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : bEnd[bStage + 1][bMb];
     }
     const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < toBLimit(r) && nextF[r] - wDone[r] < toWLimit;
     if (fRoom) {
-      fStage = forwardStage(nextF[r], r);
-      fMb = microBatchOf(nextF[r]);
+      fStage = order.forwardStage(nextF[r], r);
+      fMb = order.microBatchOf(nextF[r]);
       fInput = fStage == 0 ? 0.0 : fEnd[fStage - 1][fMb];
     }
     if (arrived(bInput, t)) {
@@ -163,25 +179,16 @@ Schedule makeZeroBubbleH1(int stages, int microBatches) {
 }
 
 Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
-  checkDims(ranks, microBatches);
+  checkInterleaved("interleaved", ranks, chunks, microBatches);
   const int p = ranks, v = chunks, m = microBatches;
-  SLUICE_CHECK(v >= 1, ScheduleError, "interleaved: chunks per rank must be at least 1 (got " << v << ")");
-  SLUICE_CHECK(m % p == 0, ScheduleError,
-               "interleaved 1F1B takes micro-batches p at a time: pipeline.microbatches (" << m
-                   << ") must be a multiple of pipeline.stages (" << p << ")");
   const int stages = p * v, total = m * v;
   Schedule s{"interleaved", stages, m, std::vector<std::vector<Action>>(p), p};
-  // The k-th forward (backward) piece of a rank: micro-batches in groups of
-  // p, each group through every chunk (backwards: from the last chunk down).
-  auto microBatchOf = [&](int k) { return (k / (p * v)) * p + k % p; };
-  auto forwardChunk = [&](int k) { return (k / p) % v; };
-  auto backwardChunk = [&](int k) { return v - 1 - (k / p) % v; };
+  const PieceOrder order{p, v, m};
   for (int r = 0; r < p; ++r) {
     auto& out = s.actions[r];
-    // With m == p there is no steady phase to overlap: all forwards first.
-    const int warmup = m == p ? total : std::min((p - r - 1) * 2 + (v - 1) * p, total);
-    auto forward = [&](int k) { appendForward(out, forwardChunk(k) * p + r, stages, microBatchOf(k)); };
-    auto backward = [&](int k) { appendBackward(out, backwardChunk(k) * p + r, stages, microBatchOf(k)); };
+    const int warmup = order.warmup(r);
+    auto forward = [&](int k) { appendForward(out, order.forwardStage(k, r), stages, order.microBatchOf(k)); };
+    auto backward = [&](int k) { appendBackward(out, order.backwardStage(k, r), stages, order.microBatchOf(k)); };
     int nextF = 0, nextB = 0;
     for (; nextF < warmup; ++nextF) forward(nextF);
     while (nextF < total) {
@@ -194,11 +201,7 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
 }
 
 Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches) {
-  checkDims(ranks, microBatches);
-  SLUICE_CHECK(chunks >= 1, ScheduleError, "interleaved-zb: chunks per rank must be at least 1 (got " << chunks << ")");
-  SLUICE_CHECK(microBatches % ranks == 0, ScheduleError,
-               "interleaved-zb takes micro-batches p at a time: pipeline.microbatches ("
-                   << microBatches << ") must be a multiple of pipeline.stages (" << ranks << ")");
+  checkInterleaved("interleaved-zb", ranks, chunks, microBatches);
   return listScheduleZeroBubble("interleaved-zb", ranks, chunks, microBatches);
 }
 
@@ -219,6 +222,8 @@ const std::vector<std::string>& scheduleNames() {
 }
 
 bool interleavesStages(const std::string& name) { return name == "interleaved" || name == "interleaved-zb"; }
+
+bool keepsEverySavedTensor(const std::string& name) { return name == "zb-h1" || interleavesStages(name); }
 
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks) {
   if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);

@@ -93,6 +93,10 @@ Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches);
 const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved, interleaved-zb
 // True for the schedules that put several stages (chunks) on each rank.
 bool interleavesStages(const std::string& name);
+// True for the schedules that run with every saved tensor kept (no swap or
+// recompute): those that split backward (zb-h1, interleaved-zb) or put
+// several stages on a rank.
+bool keepsEverySavedTensor(const std::string& name);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
 // ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
 // the schedule has stages x chunks stages.
