@@ -88,7 +88,7 @@ for ((r = 1; r <= rounds; ++r)); do
       for stage in 0 1; do
         log="$out/logs/rank_$stage.log"
         pc=$(grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}')
-        mc=$(grep -o "compute per micro-batch: forward [0-9.]* ms, backward [0-9.]* ms" "$log" | awk '{print $5 + $8}')
+        mc=$(grep -o "compute per micro-batch: [0-9.]* ms" "$log" | awk '{print $4}')
         echo "$pc $mc $(grep -o "saved activations peak [0-9]* bytes" "$log" | awk '{print $4}')" \
           "$(grep -o "saved activations: peak [0-9]* bytes" "$log" | awk '{print $4}')" >>"$tmp/$label.$method.s$stage"
       done

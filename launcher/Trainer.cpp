@@ -31,6 +31,7 @@
 #include "models/TorchScript.h"
 #include "optim/DistAdam.h"
 #include "optim/OptimizerState.h"
+#include "partition/Timing.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
@@ -581,6 +582,7 @@ void Trainer::train() {
     const double stepStart = TraceRecorder::nowUs();
     auto loss = this->step(step, &skipped);
     trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
+    if (step >= warmSteps_) stepCompute_.push_back(worker_->computeTimes());
     trace_.setStep(step, false);
     const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);
@@ -689,20 +691,32 @@ void Trainer::report() {
                 stageIndex_, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
   log::info(buf);
-  const auto ct = worker_->computeTimes();
-  // Micro-batches timed: each went through every stage of the rank.
-  const double mbsTimed = std::max<int64_t>(1, (ct.forwards - warm_.forwards) / static_cast<int64_t>(stages_.size()));
+  // Micro-batches timed: each went through every stage of the rank. Per
+  // micro-batch: the median over timed steps of the step's compute over its
+  // micro-batches (stepCompute_).
+  const int64_t stepsTimed = static_cast<int64_t>(stepCompute_.size());
+  std::vector<double> fwd, bwd, both;
+  int64_t mbsTimed = 0;
+  for (int64_t k = 0; k < stepsTimed; ++k) {
+    const auto& before = k == 0 ? warm_ : stepCompute_[k - 1];
+    const auto& after = stepCompute_[k];
+    const int64_t mbs = (after.forwards - before.forwards) / static_cast<int64_t>(stages_.size());
+    if (mbs <= 0) continue;
+    mbsTimed += mbs;
+    fwd.push_back((after.forwardSeconds - before.forwardSeconds) / mbs);
+    bwd.push_back((after.backwardSeconds - before.backwardSeconds) / mbs);
+    both.push_back(fwd.back() + bwd.back());
+  }
+  const double measuredCompute = partition::median(both);
   std::snprintf(buf, sizeof(buf),
-                "stage %d compute per micro-batch: forward %.3f ms, backward %.3f ms (over %lld micro-batches after "
-                "%lld warm-up steps)",
-                stageIndex_, 1e3 * (ct.forwardSeconds - warm_.forwardSeconds) / mbsTimed,
-                1e3 * (ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed,
-                static_cast<long long>(mbsTimed), static_cast<long long>(warmSteps_));
+                "stage %d compute per micro-batch: %.3f ms (forward %.3f ms, backward %.3f ms; medians over %lld steps, "
+                "%lld micro-batches, after %lld warm-up steps)",
+                stageIndex_, 1e3 * measuredCompute, 1e3 * partition::median(fwd), 1e3 * partition::median(bwd),
+                static_cast<long long>(fwd.size()), static_cast<long long>(mbsTimed),
+                static_cast<long long>(warmSteps_));
   log::info(buf);
   int64_t predicted = 0;
   double predictedCompute = 0;  // seconds per micro-batch, the rank's stages
-  const double measuredCompute =
-      (ct.forwardSeconds - warm_.forwardSeconds + ct.backwardSeconds - warm_.backwardSeconds) / mbsTimed;
   if (plan_) {
     partition::PlanStage ps;  // this rank's stages together
     int64_t savedPeak = 0;
@@ -765,7 +779,7 @@ void Trainer::report() {
   if (rank_ == 0 && plan_) {
     // What the cost model's stage times are checked against (issue: within 10%).
     std::ostringstream os;
-    os << "compute per micro-batch per rank (forward + backward + loss, after " << warmSteps_
+    os << "compute per micro-batch per rank (forward + backward + loss, median over the steps after " << warmSteps_
        << " warm-up steps; predicted: the plan's cost model, with recompute and swap stall)\n";
     std::snprintf(buf, sizeof(buf), "%5s %6s %12s %12s %8s\n", "rank", "stage", "measured ms", "predicted ms", "error");
     os << buf;

@@ -127,6 +127,11 @@ class Trainer {
   std::optional<std::vector<torch::Tensor>> syncedBuffers_;  // Trainer::syncBuffers
   std::unique_ptr<memory::LiveSavedBytes> savedBytes_;
   pipeline::ComputeTimes warm_;
+  // Per timed step (after warmSteps_): the rank's forward and backward
+  // seconds in that step. The report gives their medians, like for like with
+  // the profile's medians: a burst of load from outside (another process, a
+  // neighbour on the host) that lands on a few steps moves a mean, not a median.
+  std::vector<pipeline::ComputeTimes> stepCompute_;
   int64_t warmSteps_ = 0;
   int64_t otherBytes_ = 0, modelPeak_ = 0;
   int64_t startStep_ = 0;  // steps already done (restored from a checkpoint)
