@@ -6,6 +6,10 @@
 # Prints median step times (after 3 warm-up steps), ratios and optimizer bytes per rank.
 #   usage: bench/distadam.sh [STEPS] [ROUNDS]   (default 15 steps, 5 paired rounds: every round runs every
 #   configuration once; ratios are medians over rounds of the ratio within a round)
+# BENCH_HOSTS=2 (root): the 2 ranks on two hosts of the test cluster
+# (tests/cluster/lib.sh: network namespaces on a bridge, veth links), so every
+# reduction crosses a link over TCP: Sluice through `sluice launch` with a
+# hostfile, PyTorch with one process per host (Gloo over eth0).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
@@ -26,24 +30,53 @@ py=/usr/bin/python3
 have_torch=0
 $py -c "import torch.distributed" 2>/dev/null && have_torch=1 ||
   echo "bench/distadam: python3-torch could not be imported; the PyTorch row is left out" >&2
+torch_args=(--layers $layers --embd $embd --heads $heads --block $block --micro-batch $mbs --microbatches $m
+            --steps "$steps")
+hosts=${BENCH_HOSTS:-1}
+where="on this machine"
+if [ "$hosts" = 2 ]; then
+  # The test cluster's helpers: h1 launches, h2 and h3 run one rank each.
+  fail() { echo "bench/distadam: $*" >&2; exit 1; }
+  SLUICE=$sluice ROOT=$root TMP=$tmp
+  source "$root/tests/cluster/lib.sh"  # its EXIT trap removes the cluster and $tmp
+  cluster_up 3
+  printf 'h2 slots=1\nh3 slots=1\n' >"$WORK/hostfile"
+  out_root=$WORK  # /tmp is private to each host
+  where="on two hosts (h2, h3: network namespaces, veth links over a bridge, TCP)"
+  run_sluice() {
+    on_host h1 "$sluice" launch "$root/configs/quickstart.yaml" "${common[@]}" "$@" --hostfile "$WORK/hostfile" \
+      --set cluster.interface=eth0 --set cluster.rsh_agent="$AGENT"
+  }
+  run_torch() {
+    on_host h3 env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 $py "$root/bench/distadam_torch.py" "${torch_args[@]}" \
+      --rank 1 --master h2 >/dev/null 2>"$tmp/torch1.err" &
+    local peer=$!
+    on_host h2 env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 $py "$root/bench/distadam_torch.py" "${torch_args[@]}" \
+      --rank 0 --master h2 || { wait $peer; cat "$tmp/torch1.err" >&2; return 1; }
+    wait $peer
+  }
+else
+  out_root=$tmp
+  run_sluice() { "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" "$@"; }
+  run_torch() { OMP_NUM_THREADS=1 $py "$root/bench/distadam_torch.py" "${torch_args[@]}"; }
+fi
 results="$tmp/results"
 : >"$results"
 for r in $(seq 1 "$rounds"); do
   for mode in hooks after_backward allreduce; do
-    "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" --set optimizer.dist_adam.mode=$mode \
-      --set job.output_dir="$tmp/$mode" >"$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; exit 1; }
-    echo "$r $mode $(median_step_time "$tmp/$mode/metrics.jsonl") $(grep -o '(\([0-9]*\) bytes)' "$tmp/$mode/logs/rank_0.log" | tr -dc 0-9)" >>"$results"
-    rm -rf "${tmp:?}/$mode"
+    out="$out_root/$mode"
+    run_sluice --set optimizer.dist_adam.mode=$mode --set job.output_dir="$out" >"$tmp/$mode.log" 2>&1 ||
+      { cat "$tmp/$mode.log"; exit 1; }
+    echo "$r $mode $(median_step_time "$out/metrics.jsonl") $(grep -o '(\([0-9]*\) bytes)' "$out/logs/rank_0.log" | tr -dc 0-9)" >>"$results"
+    rm -rf "${out:?}"
   done
   if [ $have_torch = 1 ]; then
-    out=$(OMP_NUM_THREADS=1 $py "$root/bench/distadam_torch.py" --layers $layers --embd $embd --heads $heads \
-          --block $block --micro-batch $mbs --microbatches $m --steps "$steps" 2>"$tmp/torch.err") ||
-      { cat "$tmp/torch.err"; exit 1; }
+    out=$(run_torch 2>"$tmp/torch.err") || { cat "$tmp/torch.err"; exit 1; }
     echo "$r torch $(echo "$out" | sed -n 's/.*step_time_s=\([0-9.]*\).*/\1/p') $(echo "$out" | sed -n 's/.*optimizer_bytes=\([0-9]*\).*/\1/p')" >>"$results"
   fi
   echo "  round $r/$rounds done" >&2
 done
-echo "bench/distadam: GPT ${layers}x${embd}, block $block, 2 data-parallel ranks x 1 thread, $m micro-batches of $mbs per rank, $rounds paired rounds of $steps steps"
+echo "bench/distadam: GPT ${layers}x${embd}, block $block, 2 data-parallel ranks x 1 thread $where, $m micro-batches of $mbs per rank, $rounds paired rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
 $py - "$results" <<'PY'
 import collections, statistics, sys

@@ -1,7 +1,9 @@
 """PyTorch peer for bench/distadam.sh: the same GPT trained data-parallel on 2
 processes with DistributedDataParallel + ZeroRedundancyOptimizer(AdamW) over
 Gloo (Debian's python3-torch), gradient accumulation with no_sync(). Prints
-`step_time_s=<median> optimizer_bytes=<per rank>` from rank 0."""
+`step_time_s=<median> optimizer_bytes=<per rank>` from rank 0. Spawns both
+processes here, or with --rank runs one of them (on two hosts: --master names
+rank 0's host; GLOO_SOCKET_IFNAME picks the interface)."""
 import argparse
 import os
 import statistics
@@ -18,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def worker(rank, a):
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", world_size=2, rank=rank)
+    dist.init_process_group("gloo", init_method=f"tcp://{a.master}:{a.port}", world_size=2, rank=rank)
     torch.manual_seed(a.seed)
     model = DDP(GPT(a))
     opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=a.lr, weight_decay=0.01)
@@ -48,7 +50,12 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     for name, default in [("layers", 4), ("embd", 192), ("heads", 6), ("block", 128), ("vocab", 256),
                           ("micro_batch", 4), ("microbatches", 4), ("steps", 15), ("threads", 1),
-                          ("seed", 1234), ("port", 29561)]:
+                          ("seed", 1234), ("port", 29561), ("rank", -1)]:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=default)
     p.add_argument("--lr", type=float, default=1e-3)
-    mp.spawn(worker, args=(p.parse_args(),), nprocs=2)
+    p.add_argument("--master", default="127.0.0.1")
+    args = p.parse_args()
+    if args.rank >= 0:
+        worker(args.rank, args)
+    else:
+        mp.spawn(worker, args=(args,), nprocs=2)
