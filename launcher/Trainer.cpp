@@ -212,8 +212,15 @@ void Trainer::buildStage() {
     }
   }
   const auto mode = c_.pipeline.execution == "eager" ? ExecMode::Eager : ExecMode::Compiled;
-  const auto schedule = pipeline::makeSchedule(scheduleOf(c_, plan_ ? &*plan_ : nullptr), stages,
-                                               c_.pipeline.microbatches, chunks_);
+  // With a plan for this schedule, zb-h1 and interleaved-zb are fitted to its
+  // stage times, as its prediction was (every rank reads the same plan file).
+  const auto scheduleName = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
+  std::optional<pipeline::ScheduleCosts> costs;
+  if (plan_ && plan_->schedule == scheduleName && plan_->microBatches == c_.pipeline.microbatches) {
+    costs = plan_->scheduleCosts();
+  }
+  const auto schedule = pipeline::makeSchedule(scheduleName, stages, c_.pipeline.microbatches, chunks_,
+                                               costs ? &*costs : nullptr);
   boundaryComms_ = pipeline::boundaryCommunicators(pipelineComm_, schedule);
   std::vector<std::unique_ptr<pipeline::StageWorker>> workers;
   for (size_t i = 0; i < stages_.size(); ++i) {

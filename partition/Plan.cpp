@@ -50,6 +50,19 @@ std::vector<int> Plan::cuts() const {
   return out;
 }
 
+std::optional<pipeline::ScheduleCosts> Plan::scheduleCosts() const {
+  pipeline::ScheduleCosts costs;
+  costs.comm = scheduleComm;
+  bool any = false;
+  for (auto& s : stages) {
+    costs.times.push_back({s.scheduleForward, s.scheduleBackwardInput + s.scheduleBackwardWeight,
+                           s.scheduleBackwardInput, s.scheduleBackwardWeight});
+    any = any || s.scheduleForward > 0;
+  }
+  if (!any) return std::nullopt;
+  return costs;
+}
+
 std::string Plan::toBytes() const {
   proto::Plan p;
   p.set_format(kFormat);
@@ -67,6 +80,7 @@ std::string Plan::toBytes() const {
   p.set_profile_threads(profileThreads);
   p.set_policy(policy);
   p.set_swap_window_bytes(swapWindowBytes);
+  p.set_schedule_comm_s(scheduleComm);
   for (auto& s : stages) {
     auto* q = p.add_stages();
     q->set_index(s.index);
@@ -94,6 +108,9 @@ std::string Plan::toBytes() const {
     q->set_transient_bytes(s.transientBytes);
     q->set_window_bytes(s.windowBytes);
     q->set_swap_io_s(s.swapIO);
+    q->set_schedule_forward_s(s.scheduleForward);
+    q->set_schedule_backward_input_s(s.scheduleBackwardInput);
+    q->set_schedule_backward_weight_s(s.scheduleBackwardWeight);
   }
   for (auto& d : decisions) {
     auto* q = p.add_decisions();
@@ -133,6 +150,7 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.profileThreads = p.profile_threads();
   out.policy = p.policy();
   out.swapWindowBytes = p.swap_window_bytes();
+  out.scheduleComm = p.schedule_comm_s();
   int expectFirst = 0;
   for (auto& q : p.stages()) {
     PlanStage s;
@@ -165,6 +183,9 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
     s.transientBytes = q.transient_bytes();
     s.windowBytes = q.window_bytes();
     s.swapIO = q.swap_io_s();
+    s.scheduleForward = q.schedule_forward_s();
+    s.scheduleBackwardInput = q.schedule_backward_input_s();
+    s.scheduleBackwardWeight = q.schedule_backward_weight_s();
     out.stages.push_back(std::move(s));
   }
   for (auto& q : p.decisions()) {
@@ -512,17 +533,16 @@ std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, c
   return freed;
 }
 
-// The predicted step of a schedule other than GPipe and 1F1B (zb-h1,
-// interleaved, interleaved-zb): simulated (pipeline::simulateStep) with each
-// stage's predicted time less its communication split in the profile's
-// forward : backward ratio, and its backward into the weight gradients (the
-// profiled weightBackwardSeconds of its nodes) and the rest (input gradients,
-// with the loss); on stage 0, whose inputs need no gradient, all of it is
-// weight work. Each message delays its receiver by the slowest cut's one-way
-// transfer. The DP's cuts come from the 1F1B objective; refineForSchedule
-// then moves them for this simulated step.
-double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
-  std::vector<pipeline::StageTimes> times;
+// The costs a schedule other than GPipe and 1F1B (zb-h1, interleaved,
+// interleaved-zb) is simulated with: each stage's predicted time less its
+// communication, split in the profile's forward : backward ratio, and its
+// backward into the weight gradients (the profiled weightBackwardSeconds of
+// its nodes) and the rest (input gradients, with the loss); on stage 0, whose
+// inputs need no gradient, all of it is weight work. Each message delays its
+// receiver by the slowest cut's one-way transfer (sends are nonblocking and
+// receives posted ahead, so messages overlap compute).
+pipeline::ScheduleCosts scheduleCostsOf(const Profile& profile, const Partition& part, const Problem& p) {
+  pipeline::ScheduleCosts costs;
   for (auto& s : part.stages) {
     const double fb = s.forward + s.backward, busy = s.time - s.comm;
     const double f = fb > 0 ? busy * s.forward / fb : busy / 2, b = busy - f;
@@ -532,14 +552,21 @@ double simulatedStepTime(const PlanSettings& st, const Profile& profile, const P
       weight += profile.nodes[j].weightBackwardSeconds;
     }
     const double w = s.stage == 0 ? b : nodesBackward > 0 ? s.backward * weight / nodesBackward : b / 2;
-    times.push_back({f, b, b - w, w});
+    costs.times.push_back({f, b, b - w, w});
   }
-  // Messages overlap compute (sends are nonblocking, receives posted ahead):
-  // a boundary costs the step its transfer time on the critical path, one way.
-  double latency = 0;
-  for (int cut : part.cuts) latency = std::max(latency, commSeconds(p, cut) / 2);
-  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks), times,
-                                latency);
+  for (int cut : part.cuts) costs.comm = std::max(costs.comm, commSeconds(p, cut) / 2);
+  return costs;
+}
+
+// The predicted step of those schedules: simulated (pipeline::simulateStep)
+// with scheduleCostsOf, on the schedule training will run (zb-h1 and
+// interleaved-zb fitted to the same costs, which the plan records). The DP's
+// cuts come from the 1F1B objective; refineForSchedule then moves them for
+// this simulated step.
+double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
+  const auto costs = scheduleCostsOf(profile, part, p);
+  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, &costs),
+                                costs.times, costs.comm);
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -559,7 +586,12 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
   plan.stepTime = part.stepTime;
-  if (!problem.inFlightPerStage.empty()) plan.stepTime = simulatedStepTime(st, profile, part, problem);
+  std::optional<pipeline::ScheduleCosts> costs;
+  if (!problem.inFlightPerStage.empty()) {
+    plan.stepTime = simulatedStepTime(st, profile, part, problem);
+    costs = scheduleCostsOf(profile, part, problem);
+    plan.scheduleComm = costs->comm;
+  }
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;
@@ -588,6 +620,12 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     ps.heldBytes = s.heldBytes;
     ps.transientBytes = s.transientBytes;
     ps.windowBytes = s.windowBytes;
+    if (costs) {
+      const auto& t = costs->times.at(s.stage);
+      ps.scheduleForward = t.forward;
+      ps.scheduleBackwardInput = t.backwardInput;
+      ps.scheduleBackwardWeight = t.backwardWeight;
+    }
     for (auto [x, action] : s.freed) {
       const auto& storage = problem.storages[x];
       TensorDecision d;

@@ -24,12 +24,14 @@
 // plan was made for another graph or stage count.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/OpGraph.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice::partition {
 
@@ -57,6 +59,8 @@ struct PlanStage {
   int64_t savedBytes = 0, keptBytes = 0, swappedBytes = 0, recomputedBytes = 0, staticBytes = 0, peakBytes = 0;
   int64_t boundaryBytes = 0, heldBytes = 0, transientBytes = 0, windowBytes = 0;
   double swapIO = 0;
+  // zb-h1 and interleaved-zb: the times its schedule is fitted to (Plan::scheduleCosts).
+  double scheduleForward = 0, scheduleBackwardInput = 0, scheduleBackwardWeight = 0;
 };
 
 // A saved storage that is not kept: (producer node, slot), see memory/MemoryPlan.h.
@@ -77,6 +81,12 @@ struct Plan {
   std::vector<PlanStage> stages;
   std::vector<TensorDecision> decisions;  // swap and recompute only
   double stepTime = 0, bubbleFraction = 0;
+  double scheduleComm = 0;  // see scheduleCosts()
+
+  // The costs the zero-bubble schedules are fitted to (pipeline::makeSchedule):
+  // what the plan's step time was simulated with. Empty for other schedules
+  // and for plans made before they were recorded (those run the unit-cost schedule).
+  std::optional<pipeline::ScheduleCosts> scheduleCosts() const;
 
   std::vector<int> cuts() const;
   bool freesTensors() const { return !decisions.empty(); }

@@ -90,20 +90,36 @@ namespace {
 // The zero-bubble schedules (Schedule.h): list scheduling in time, one rank at
 // a time in the order their clocks reach each decision. Each rank runs its
 // backward pieces in interleaved 1F1B's order (1F1B's when v = 1) and its
-// forward pieces in that order too. Costs: F = B = W = 1, except on stage 0,
-// whose B has nothing to compute (its inputs are data, Plan.cpp): B = 0 and
-// W = 2, the whole backward. A free rank runs its next B if its gradient is
-// there, else its next F if its input is there and memory allows, else its
-// oldest pending W, else it waits for the next of those inputs to arrive.
-Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
+// forward pieces in that order too. Unit costs (costs == nullptr): F = B = W =
+// 1, except on stage 0, whose B has nothing to compute (its inputs are data,
+// Plan.cpp): B = 0 and W = 2, the whole backward. With costs: each stage's
+// own times, and each message arrives `comm` after its send. A free rank runs
+// its next B if its gradient is there (and fewer than `caps` Ws wait), else
+// its next F if its input is there and memory allows, else its oldest pending
+// W, else it waits for the next of those inputs to arrive.
+struct RankCaps {
+  std::vector<int> toB, toW, pendingW;  // per rank, in pieces: F..B, F..W, B..W
+};
+
+Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs = nullptr,
+                                const RankCaps* caps = nullptr) {
   const int stages = p * v, total = m * v;
   Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
   const PieceOrder order{p, v, m};
   // Pieces between F and B per rank: 1F1B's p - r, or interleaved 1F1B's warm-up + 1.
-  auto toBLimit = [&](int r) { return v == 1 ? std::min(p - r, m) : order.warmup(r) + 1; };
-  const int toWLimit = v == 1 ? std::min(p, m) : toBLimit(0);  // the most loaded rank's
-  auto bCost = [](int st) { return st == 0 ? 0.0 : 1.0; };
-  auto wCost = [](int st) { return st == 0 ? 2.0 : 1.0; };
+  auto toBLimit = [&](int r) {
+    if (caps) return caps->toB[r];
+    return v == 1 ? std::min(p - r, m) : order.warmup(r) + 1;
+  };
+  auto toWLimit = [&](int r) {
+    if (caps) return caps->toW[r];
+    return v == 1 ? std::min(p, m) : order.warmup(0) + 1;  // the most loaded rank's
+  };
+  auto pendingWLimit = [&](int r) { return caps ? caps->pendingW[r] : total; };
+  auto fCost = [&](int st) { return costs ? costs->times[st].forward : 1.0; };
+  auto bCost = [&](int st) { return costs ? costs->times[st].backwardInput : st == 0 ? 0.0 : 1.0; };
+  auto wCost = [&](int st) { return costs ? costs->times[st].backwardWeight : st == 0 ? 2.0 : 1.0; };
+  const double comm = costs ? costs->comm : 0.0;
   // Finish times; -1: not scheduled yet.
   std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
   std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0), left(p, 3 * total);
@@ -111,6 +127,8 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
   std::vector<bool> asleep(p, false);  // waiting for an input nobody has scheduled yet
   std::vector<std::deque<std::pair<int, int>>> pendingW(p);  // (stage, mb), oldest first
   auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  // When an input sent at `at` (-1: not yet) is there.
+  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
   for (;;) {
     int r = -1;
     for (int q = 0; q < p; ++q) {
@@ -127,25 +145,27 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
     auto& out = s.actions[r];
     double bInput = -1, fInput = -1;
     int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
+    const bool bRoom = static_cast<int>(pendingW[r].size()) < pendingWLimit(r);
     if (nextB[r] < nextF[r]) {
       bStage = order.backwardStage(nextB[r], r);
       bMb = order.microBatchOf(nextB[r]);
-      bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : bEnd[bStage + 1][bMb];
+      // The last stage's B follows its own F; the others wait for the next stage's gradient.
+      bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : arrival(bEnd[bStage + 1][bMb]);
     }
-    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < toBLimit(r) && nextF[r] - wDone[r] < toWLimit;
+    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < toBLimit(r) && nextF[r] - wDone[r] < toWLimit(r);
     if (fRoom) {
       fStage = order.forwardStage(nextF[r], r);
       fMb = order.microBatchOf(nextF[r]);
-      fInput = fStage == 0 ? 0.0 : fEnd[fStage - 1][fMb];
+      fInput = fStage == 0 ? 0.0 : arrival(fEnd[fStage - 1][fMb]);
     }
-    if (arrived(bInput, t)) {
+    if (bRoom && arrived(bInput, t)) {
       appendBackwardInput(out, bStage, stages, bMb);
       bEnd[bStage][bMb] = clock[r] += bCost(bStage);
       pendingW[r].push_back({bStage, bMb});
       ++nextB[r];
     } else if (fRoom && arrived(fInput, t)) {
       appendForward(out, fStage, stages, fMb);
-      fEnd[fStage][fMb] = clock[r] += 1.0;
+      fEnd[fStage][fMb] = clock[r] += fCost(fStage);
       ++nextF[r];
     } else if (!pendingW[r].empty()) {
       auto [st, mb] = pendingW[r].front();
@@ -171,11 +191,56 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m) {
   return s;
 }
 
+// Per rank, the most pieces a schedule holds between F and B, F and W, B and W.
+RankCaps capsOf(const Schedule& s) {
+  const int ranks = static_cast<int>(s.actions.size());
+  RankCaps c{std::vector<int>(ranks, 0), std::vector<int>(ranks, 0), std::vector<int>(ranks, 0)};
+  for (int r = 0; r < ranks; ++r) {
+    int f = 0, b = 0, w = 0;
+    for (auto& a : s.actions[r]) {
+      f += a.kind == ActionKind::Forward;
+      b += a.kind == ActionKind::BackwardInput;
+      w += a.kind == ActionKind::BackwardWeight;
+      c.toB[r] = std::max(c.toB[r], f - b);
+      c.toW[r] = std::max(c.toW[r], f - w);
+      c.pendingW[r] = std::max(c.pendingW[r], b - w);
+    }
+  }
+  return c;
+}
+
+bool noMoreThan(const std::vector<int>& a, const std::vector<int>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] > b.at(i)) return false;
+  }
+  return true;
+}
+
+// The zero-bubble schedule for these costs: list-scheduled with them, within
+// the unit-cost schedule's pieces per rank (capsOf), and kept only when no
+// stage holds more micro-batches than in the unit-cost one (with chunks, a
+// rank's pieces may split differently over its stages) and it simulates
+// faster than the unit-cost one under the same costs.
+Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs) {
+  auto unit = listScheduleZeroBubble(name, p, v, m);
+  if (!costs) return unit;
+  SLUICE_CHECK(static_cast<int>(costs->times.size()) == p * v, ScheduleError,
+               name << ": " << costs->times.size() << " stage times for " << p * v << " stages");
+  const auto caps = capsOf(unit);
+  auto timed = listScheduleZeroBubble(name, p, v, m, costs, &caps);
+  if (!noMoreThan(peakInFlight(timed), peakInFlight(unit)) ||
+      !noMoreThan(peakWeightPending(timed), peakWeightPending(unit))) {
+    return unit;
+  }
+  const double a = simulateStep(timed, costs->times, costs->comm), b = simulateStep(unit, costs->times, costs->comm);
+  return a < b * (1 - 1e-9) ? timed : unit;
+}
+
 }  // namespace
 
-Schedule makeZeroBubbleH1(int stages, int microBatches) {
+Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs) {
   checkDims(stages, microBatches);
-  return listScheduleZeroBubble("zb-h1", stages, 1, microBatches);
+  return timedZeroBubble("zb-h1", stages, 1, microBatches, costs);
 }
 
 Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
@@ -200,9 +265,9 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
   return s;
 }
 
-Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches) {
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs) {
   checkInterleaved("interleaved-zb", ranks, chunks, microBatches);
-  return listScheduleZeroBubble("interleaved-zb", ranks, chunks, microBatches);
+  return timedZeroBubble("interleaved-zb", ranks, chunks, microBatches, costs);
 }
 
 std::vector<Action> Schedule::stageActions(int stage) const {
@@ -225,15 +290,15 @@ bool interleavesStages(const std::string& name) { return name == "interleaved" |
 
 bool keepsEverySavedTensor(const std::string& name) { return name == "zb-h1" || interleavesStages(name); }
 
-Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks) {
+Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
   if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);
-  if (name == "interleaved-zb") return makeInterleavedZeroBubble(stages, chunks, microBatches);
+  if (name == "interleaved-zb") return makeInterleavedZeroBubble(stages, chunks, microBatches, costs);
   SLUICE_CHECK(chunks == 1, ScheduleError,
                "schedule '" << name << "' runs one stage per rank; only interleaved and interleaved-zb take " << chunks
                                            << " chunks");
   if (name == "gpipe") return makeGPipe(stages, microBatches);
   if (name == "1f1b") return make1F1B(stages, microBatches);
-  if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches);
+  if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches, costs);
   throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b, zb-h1, interleaved or interleaved-zb)");
 }
 

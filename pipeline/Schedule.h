@@ -58,6 +58,18 @@ struct Schedule {
   std::vector<Action> stageActions(int stage) const;
 };
 
+// Seconds per micro-batch of one stage: forward, whole backward, and its split
+// (backwardInput + backwardWeight, used by split schedules).
+struct StageTimes {
+  double forward = 0, backward = 0, backwardInput = 0, backwardWeight = 0;
+};
+// What the zero-bubble schedules may be fitted to: one StageTimes per stage
+// (chunk) and the one-way time of a message between stages.
+struct ScheduleCosts {
+  std::vector<StageTimes> times;
+  double comm = 0;
+};
+
 // GPipe: all forwards, then all backwards (in micro-batch order).
 Schedule makeGPipe(int stages, int microBatches);
 // 1F1B (PipeDream-flush): stage s runs min(p-s-1, m) warm-up forwards, then
@@ -72,7 +84,12 @@ Schedule make1F1B(int stages, int microBatches);
 // else it waits for the next input on its way. Memory: at most min(p - s, m) micro-batches between F and B
 // (1F1B's), and at most min(p, m) between F and W (1F1B's peak, that of
 // stage 0), so no stage holds more than 1F1B's most loaded stage.
-Schedule makeZeroBubbleH1(int stages, int microBatches);
+// With `costs` (the plan's stage times): list-scheduled again with those
+// times, holding no rank more pieces between F and B, F and W, or B and W
+// than the unit-cost schedule does (so its memory), and kept only when
+// simulateStep() predicts it faster under those costs than the unit-cost one.
+// Every rank must pass the same costs (they come from the plan file).
+Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs = nullptr);
 // Interleaved 1F1B (Narayanan et al., SC 2021; Megatron-LM's virtual
 // pipeline): `chunks` stages per rank, stage s on rank s % ranks, so each
 // rank's work comes in v = chunks smaller pieces and the bubble shrinks to
@@ -88,7 +105,8 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
 // forward piece if memory allows, else its oldest pending W). Memory: the
 // same warm-up + 1 pieces between F and B as interleaved 1F1B, and at most
 // its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
-Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches);
+// `costs`: as makeZeroBubbleH1 (one StageTimes per stage, ranks x chunks).
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs = nullptr);
 // The schedules makeSchedule() knows, for messages and config checks.
 const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved, interleaved-zb
 // True for the schedules that put several stages (chunks) on each rank.
@@ -99,19 +117,17 @@ bool interleavesStages(const std::string& name);
 bool keepsEverySavedTensor(const std::string& name);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
 // ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
-// the schedule has stages x chunks stages.
-Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1);
+// the schedule has stages x chunks stages. `costs` fit zb-h1 and
+// interleaved-zb to the stages' times (the others ignore them).
+Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1,
+                      const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
 
-// Predicted makespan of one step when every stage takes these seconds per
-// micro-batch (forward, whole backward, and its split: backwardInput +
-// backwardWeight, used by split schedules) and a message between stages takes
-// `comm` seconds: each stage runs its actions in order, a receive waits for
-// the peer's send. Used by the cost model to compare schedules.
-struct StageTimes {
-  double forward = 0, backward = 0, backwardInput = 0, backwardWeight = 0;
-};
+// Predicted makespan of one step when every stage takes its StageTimes per
+// micro-batch and a message between stages takes `comm` seconds: each stage
+// runs its actions in order, a receive waits for the peer's send. Used by the
+// cost model to compare schedules.
 // times: one per stage (chunk); a rank runs its stages' actions in its order.
 double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
 

@@ -3,7 +3,8 @@
 // random per-node times: the profile method's cuts are a local optimum of the
 // schedule's simulated step (no single cut moved by up to kRefineReach nodes,
 // planned here through planForCuts, predicts a shorter step), never worse than
-// the cuts of the 1F1B objective, and strictly better on some profiles.
+// the cuts of the 1F1B objective, and strictly better on some profiles. And
+// training builds the schedule the plan's step time was simulated on.
 #include <gtest/gtest.h>
 
 #include "core/Error.h"
@@ -64,6 +65,42 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(better, 0) << "refinement never beat the 1F1B objective's cuts";
+}
+
+// What training runs is what the plan predicted: the zero-bubble schedules are
+// fitted to the stage times the plan records (Plan::scheduleCosts), which
+// survive the plan file, and that schedule simulates to the plan's step time.
+// Other schedules record none.
+TEST(ScheduleAwarePlan, TrainingBuildsTheScheduleThePlanPredicted) {
+  torch::manual_seed(0);
+  auto gpt = models::Gpt(test::tinyGpt(4));
+  auto graph = test::captureGpt(gpt, 2, 8);
+  int fitted = 0;
+  for (int trial = 0; trial < 4; ++trial) {
+    const auto profile = test::randomTimesProfile(graph);
+    for (const char* schedule : {"zb-h1", "interleaved-zb", "1f1b"}) {
+      PlanSettings st;
+      st.stages = 2;
+      st.microBatches = 8;
+      st.schedule = schedule;
+      st.chunks = std::string(schedule) == "interleaved-zb" ? 2 : 1;
+      const auto made = makePlan(graph, profile, st);
+      const auto plan = Plan::fromBytes(made.toBytes(), "test");
+      const auto costs = plan.scheduleCosts();
+      if (std::string(schedule) == "1f1b") {
+        EXPECT_FALSE(costs.has_value());
+        continue;
+      }
+      ASSERT_TRUE(costs.has_value()) << schedule;
+      ASSERT_EQ(costs->times.size(), plan.stages.size());
+      const auto run = pipeline::makeSchedule(schedule, st.stages, st.microBatches, st.chunks, &*costs);
+      EXPECT_NEAR(pipeline::simulateStep(run, costs->times, costs->comm), plan.stepTime, 1e-12 * plan.stepTime)
+          << schedule << ", trial " << trial;
+      const auto unit = pipeline::makeSchedule(schedule, st.stages, st.microBatches, st.chunks);
+      fitted += !(run.actions == unit.actions);
+    }
+  }
+  EXPECT_GT(fitted, 0) << "no plan's times gave a schedule other than the unit-cost one";
 }
 
 }  // namespace

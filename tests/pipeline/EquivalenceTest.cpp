@@ -87,7 +87,8 @@ std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, co
 }
 
 // Losses on the last stage; empty on other ranks.
-std::vector<double> pipelineLosses(const Communicator& comm, const std::string& schedule, Split split) {
+std::vector<double> pipelineLosses(const Communicator& comm, const std::string& schedule, Split split,
+                                   const pipeline::ScheduleCosts* costs = nullptr) {
   torch::manual_seed(kSeed);
   models::Gpt gpt(test::tinyGpt(2));
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
@@ -111,7 +112,7 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   auto stages = splitGraph(graph, cuts);
   auto& stage = stages.at(comm.rank());
   pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), comm,
-                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches), lossFn);
+                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches, 1, costs), lossFn);
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
@@ -141,10 +142,18 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
   auto gpipe = pipelineLosses(world, "gpipe", Split::InsideBlock);
   auto ofob = pipelineLosses(world, "1f1b", Split::InsideBlock);
   auto zb = pipelineLosses(world, "zb-h1", Split::InsideBlock);
+  // zb-h1 fitted to stage times (a plan's): here times for which it orders
+  // stage 0's actions differently from the unit-cost schedule.
+  pipeline::ScheduleCosts costs;
+  costs.times = {{1, 1, 0, 1}, {0.5, 1.5, 1, 0.5}};
+  ASSERT_FALSE(pipeline::makeSchedule("zb-h1", 2, kMicroBatches, 1, &costs).actions ==
+               pipeline::makeSchedule("zb-h1", 2, kMicroBatches).actions);
+  auto zbFitted = pipelineLosses(world, "zb-h1", Split::InsideBlock, &costs);
   if (world.rank() == 1) {
     expectSameLosses(gpipe, ref, "2 stages gpipe");
     expectSameLosses(ofob, ref, "2 stages 1f1b");
     expectSameLosses(zb, ref, "2 stages zb-h1 (backward split into input and weight gradients)");
+    expectSameLosses(zbFitted, ref, "2 stages zb-h1 fitted to stage times");
   }
   expectSameLosses(pipelineLosses(Communicator::self(), "zb-h1", Split::None), ref, "1 stage zb-h1");
 }
