@@ -452,6 +452,7 @@ Config parse(const YAML::Node& root) {
   pipeline.get("stages", c.pipeline.stages);
   pipeline.get("schedule", c.pipeline.schedule);
   pipeline.get("chunks", c.pipeline.chunks);
+  pipeline.get("fit_schedule", c.pipeline.fitSchedule);
   pipeline.get("microbatches", c.pipeline.microbatches);
   pipeline.get("data_parallel", c.pipeline.dataParallel);
   pipeline.get("cuts", c.pipeline.cuts);
@@ -586,7 +587,8 @@ std::string Config::toYaml() const {
     << "eval_samples" << YAML::Value << training.evalSamples << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value
     << pipeline.stages << YAML::Key << "schedule" << YAML::Value << pipeline.schedule << YAML::Key << "chunks"
-    << YAML::Value << pipeline.chunks << YAML::Key << "microbatches"
+    << YAML::Value << pipeline.chunks << YAML::Key << "fit_schedule" << YAML::Value << pipeline.fitSchedule
+    << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
     << pipeline.execution << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"

@@ -99,6 +99,7 @@ struct PipelineConfig {
   int stages = 1;
   std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved | auto
   int chunks = 0;                  // stages per rank under interleaved (0: 2 there, 1 otherwise)
+  bool fitSchedule = true;         // zb-h1, interleaved-zb: fitted to the plan's stage times (false: unit costs)
   int microbatches = 0;            // 0 = global_batch_size / (micro_batch_size x data_parallel)
   int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
   std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method

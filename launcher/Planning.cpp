@@ -73,6 +73,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.microBatches = c.pipeline.microbatches;
   s.schedule = c.pipeline.schedule;
   s.chunks = c.pipeline.chunks;
+  s.fitSchedule = c.pipeline.fitSchedule;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
   s.dataParallel = c.pipeline.dataParallel;
   s.distAdam = c.optimizer.name == "dist_adam";

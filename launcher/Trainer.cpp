@@ -216,7 +216,8 @@ void Trainer::buildStage() {
   // stage times, as its prediction was (every rank reads the same plan file).
   const auto scheduleName = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
   std::optional<pipeline::ScheduleCosts> costs;
-  if (plan_ && plan_->schedule == scheduleName && plan_->microBatches == c_.pipeline.microbatches) {
+  if (c_.pipeline.fitSchedule && plan_ && plan_->schedule == scheduleName &&
+      plan_->microBatches == c_.pipeline.microbatches) {
     costs = plan_->scheduleCosts();
   }
   const auto schedule = pipeline::makeSchedule(scheduleName, stages, c_.pipeline.microbatches, chunks_,

@@ -565,8 +565,9 @@ pipeline::ScheduleCosts scheduleCostsOf(const Profile& profile, const Partition&
 // this simulated step.
 double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
   const auto costs = scheduleCostsOf(profile, part, p);
-  return pipeline::simulateStep(pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, &costs),
-                                costs.times, costs.comm);
+  const auto schedule =
+      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, st.fitSchedule ? &costs : nullptr);
+  return pipeline::simulateStep(schedule, costs.times, costs.comm);
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -589,8 +590,10 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   std::optional<pipeline::ScheduleCosts> costs;
   if (!problem.inFlightPerStage.empty()) {
     plan.stepTime = simulatedStepTime(st, profile, part, problem);
-    costs = scheduleCostsOf(profile, part, problem);
-    plan.scheduleComm = costs->comm;
+    if (st.fitSchedule) {  // recorded: training then fits its schedule to them too
+      costs = scheduleCostsOf(profile, part, problem);
+      plan.scheduleComm = costs->comm;
+    }
   }
   double busy = 0;
   for (auto& s : part.stages) {

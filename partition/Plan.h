@@ -40,6 +40,7 @@ struct PlanSettings {
   int stages = 1;
   int microBatches = 1;
   std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved
+  bool fitSchedule = true;         // zb-h1, interleaved-zb: fitted to the stage times (pipeline::ScheduleCosts)
   int chunks = 1;                  // stages per rank (interleaved): the graph is cut into stages x chunks pieces,
                                    // each held to budgetBytes / chunks so that a rank's pieces fit budgetBytes
   int64_t budgetBytes = 0;         // per stage; 0: none
