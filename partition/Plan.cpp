@@ -240,9 +240,10 @@ std::string Plan::table() const {
   std::snprintf(buf, sizeof(buf),
                 "plan for graph %s: method %s, memory policy %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
                 graphHash.c_str(), method.c_str(), policy.c_str(),
-                (schedule + (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, stage s on rank s % " +
-                                              std::to_string(stages.size() / chunks) + ")"
-                                        : "")).c_str(),
+                (schedule + (scheduleCosts() ? " fitted to the stage times" : "") +
+                 (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, stage s on rank s % " +
+                                   std::to_string(stages.size() / chunks) + ")"
+                             : "")).c_str(),
                 microBatches, microBatchSize, dataParallel,
                 budgetBytes > 0 ? (mib(budgetBytes) + (chunks > 1 ? " per rank, an equal share per stage" : " per stage")).c_str()
                                 : "none");

@@ -37,6 +37,8 @@ TEST(Config, OverridesTakePrecedence) {
   EXPECT_EQ(c.pipeline.schedule, "1f1b");
   EXPECT_EQ(c.pipeline.cuts, std::vector<int>{40});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
+  EXPECT_TRUE(c.pipeline.fitSchedule);  // default
+  EXPECT_FALSE(Config::fromYamlText(kValid, {"pipeline.fit_schedule=false"}).pipeline.fitSchedule);
 }
 
 TEST(Config, DataParallelWithDistAdam) {
@@ -85,6 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
                   nullptr, "training.global_batch_size (7) must be divisible by training.micro_batch_size (2)"},
         Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr,
                   "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved, interleaved-zb or auto"},
+        Malformed{"fit_schedule not a bool", {"pipeline.fit_schedule=maybe"}, nullptr, "pipeline.fit_schedule"},
         Malformed{"chunks without interleaving", {"pipeline.chunks=2"}, nullptr,
                   "pipeline.chunks = 2 (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb or auto"},
         Malformed{"interleaved on one stage", {"pipeline.schedule=interleaved", "pipeline.stages=1"}, nullptr,
