@@ -23,7 +23,6 @@ double busyPollSeconds() {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const unsigned cores = std::thread::hardware_concurrency();
     const bool oversubscribed = local && cores > 0 && std::atoi(local) > static_cast<int>(cores);
-    if (const char* e = std::getenv("SLUICE_BUSY_POLL_S")) return std::atof(e);
     return oversubscribed ? 0.0005 : 0.01;
   }();
   return seconds;
