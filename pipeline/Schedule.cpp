@@ -227,7 +227,12 @@ Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const Sch
   SLUICE_CHECK(static_cast<int>(costs->times.size()) == p * v, ScheduleError,
                name << ": " << costs->times.size() << " stage times for " << p * v << " stages");
   const auto caps = capsOf(unit);
-  auto timed = listScheduleZeroBubble(name, p, v, m, costs, &caps);
+  Schedule timed;
+  try {
+    timed = listScheduleZeroBubble(name, p, v, m, costs, &caps);
+  } catch (const ScheduleError&) {
+    return unit;  // these caps left the timed list scheduling stuck (never seen): the unit-cost order is valid
+  }
   if (!noMoreThan(peakInFlight(timed), peakInFlight(unit)) ||
       !noMoreThan(peakWeightPending(timed), peakWeightPending(unit))) {
     return unit;
