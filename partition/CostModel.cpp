@@ -58,6 +58,10 @@ int inFlight(const Problem& p, int stage) {
 
 int64_t Problem::weightGradBytes(int stage, int first, int end) const {
   if (weightPendingPerStage.empty()) return 0;
+  // The first stage's inputs (the data) need no gradient: its BackwardInput
+  // captures nothing, and its W runs its whole backward from the stage's
+  // output gradients, held until then.
+  if (first == 0) return weightPendingPerStage.at(stage) * (end < numNodes() ? cutBytes.at(end) : 0);
   return weightPendingPerStage.at(stage) * (weightGradPrefix.at(end) - weightGradPrefix.at(first));
 }
 

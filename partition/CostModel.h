@@ -122,7 +122,9 @@ struct Problem {
   // over nodes of the output-gradient bytes a deferred weight gradient
   // re-enters a node with (nodes whose backward feeds both activations and
   // weights), held from BackwardInput to BackwardWeight. A stage's memory
-  // gains weightGradBytes(k, first, end) = weightPending_k x the stage's sum.
+  // gains weightGradBytes(k, first, end) = weightPending_k x the stage's sum;
+  // the first stage (whose BackwardInput captures nothing) weightPending_0 x
+  // its output gradients' bytes (cutBytes at its end), which its W starts from.
   std::vector<int> weightPendingPerStage;
   std::vector<int64_t> weightGradPrefix;
   int64_t weightGradBytes(int stage, int first, int end) const;

@@ -268,9 +268,13 @@ std::string Plan::table() const {
                 1e3 * stepTime, 100 * bubbleFraction);
   os << buf;
   for (auto& s : stages) {
-    std::snprintf(buf, sizeof(buf), "  stage %d memory: %s static + %d x %s held (%s boundary, %s kept) + %s transient%s\n",
+    // Split backward: what the peak holds besides (gradients waiting for their W, CostModel.h).
+    const int64_t pendingW =
+        s.peakBytes - s.staticBytes - s.inFlight * s.heldBytes - s.transientBytes - s.windowBytes;
+    std::snprintf(buf, sizeof(buf), "  stage %d memory: %s static + %d x %s held (%s boundary, %s kept) + %s transient%s%s\n",
                   s.index, mib(s.staticBytes).c_str(), s.inFlight, mib(s.heldBytes).c_str(), mib(s.boundaryBytes).c_str(),
                   mib(s.keptBytes).c_str(), mib(s.transientBytes).c_str(),
+                  pendingW > 0 ? (" + " + mib(pendingW) + " gradients awaiting W").c_str() : "",
                   s.windowBytes > 0 ? (" + " + mib(s.windowBytes) + " swap window").c_str() : "");
     os << buf;
   }
@@ -335,10 +339,8 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   const bool ownFlights = split || schedule.chunks() > 1;
   if (ownFlights) p.inFlightPerStage = pipeline::peakInFlight(schedule);
   if (split) {
+    // (Stage 0 holds its output gradients instead: Problem::weightGradBytes.)
     p.weightPendingPerStage = pipeline::peakWeightPending(schedule);
-    // Stage 0's inputs (the data) need no gradient: its BackwardInput captures
-    // nothing and its W starts from the stage's own output gradients.
-    p.weightPendingPerStage.at(0) = 0;
     // Nodes whose backward feeds activations and weights (a strict, non-zero
     // weight share): the deferred W re-enters them with their output's gradient.
     p.weightGradPrefix.assign(n + 1, 0);
