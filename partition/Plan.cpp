@@ -593,7 +593,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   std::optional<pipeline::ScheduleCosts> costs;
   if (!problem.inFlightPerStage.empty()) {
     plan.stepTime = simulatedStepTime(st, profile, part, problem);
-    if (st.fitSchedule) {  // recorded: training then fits its schedule to them too
+    if (st.fitSchedule && pipeline::fitsToStageTimes(st.schedule)) {  // recorded: training fits its schedule to them too
       costs = scheduleCostsOf(profile, part, problem);
       plan.scheduleComm = costs->comm;
     }

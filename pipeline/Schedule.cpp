@@ -293,6 +293,8 @@ const std::vector<std::string>& scheduleNames() {
 
 bool interleavesStages(const std::string& name) { return name == "interleaved" || name == "interleaved-zb"; }
 
+bool fitsToStageTimes(const std::string& name) { return name == "zb-h1" || name == "interleaved-zb"; }
+
 bool keepsEverySavedTensor(const std::string& name) { return name == "zb-h1" || interleavesStages(name); }
 
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {

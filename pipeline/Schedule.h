@@ -123,6 +123,8 @@ Schedule makeSchedule(const std::string& name, int stages, int microBatches, int
                       const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
+// True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb).
+bool fitsToStageTimes(const std::string& name);
 
 // Predicted makespan of one step when every stage takes its StageTimes per
 // micro-batch and a message between stages takes `comm` seconds: each stage
