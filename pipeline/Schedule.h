@@ -86,8 +86,10 @@ Schedule make1F1B(int stages, int microBatches);
 // stage 0), so no stage holds more than 1F1B's most loaded stage.
 // With `costs` (the plan's stage times): list-scheduled again with those
 // times, holding no rank more pieces between F and B, F and W, or B and W
-// than the unit-cost schedule does (so its memory), and kept only when
-// simulateStep() predicts it faster under those costs than the unit-cost one.
+// than the unit-cost schedule does, and kept only when no stage holds more
+// micro-batches (peakInFlight, peakWeightPending) than in the unit-cost one
+// (whose memory the plan predicts) and simulateStep() predicts it faster
+// under those costs; otherwise the unit-cost schedule.
 // Every rank must pass the same costs (they come from the plan file).
 Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs = nullptr);
 // Interleaved 1F1B (Narayanan et al., SC 2021; Megatron-LM's virtual
