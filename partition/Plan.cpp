@@ -566,11 +566,14 @@ pipeline::ScheduleCosts scheduleCostsOf(const Profile& profile, const Partition&
 // interleaved-zb fitted to the same costs, which the plan records). The DP's
 // cuts come from the 1F1B objective; refineForSchedule then moves them for
 // this simulated step.
-double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
-  const auto costs = scheduleCostsOf(profile, part, p);
+double simulatedStep(const PlanSettings& st, const pipeline::ScheduleCosts& costs) {
   const auto schedule =
       pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, st.fitSchedule ? &costs : nullptr);
   return pipeline::simulateStep(schedule, costs.times, costs.comm);
+}
+
+double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
+  return simulatedStep(st, scheduleCostsOf(profile, part, p));
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -592,9 +595,10 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.stepTime = part.stepTime;
   std::optional<pipeline::ScheduleCosts> costs;
   if (!problem.inFlightPerStage.empty()) {
-    plan.stepTime = simulatedStepTime(st, profile, part, problem);
+    const auto simulated = scheduleCostsOf(profile, part, problem);
+    plan.stepTime = simulatedStep(st, simulated);
     if (st.fitSchedule && pipeline::fitsToStageTimes(st.schedule)) {  // recorded: training fits its schedule to them too
-      costs = scheduleCostsOf(profile, part, problem);
+      costs = simulated;
       plan.scheduleComm = costs->comm;
     }
   }
