@@ -15,7 +15,7 @@ namespace sluice {
 namespace {
 
 // Seconds a wait polls back to back (yielding) before it sleeps (Note
-// [waiting]): 10 ms, or 0.5 ms when this machine runs more ranks than it has
+// [waiting]): 200 ms, or 0.5 ms when this machine runs more ranks than it has
 // cores (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), where a polling rank would
 // take CPU time from the ranks it waits for.
 double busyPollSeconds() {
@@ -23,7 +23,7 @@ double busyPollSeconds() {
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const unsigned cores = std::thread::hardware_concurrency();
     const bool oversubscribed = local && cores > 0 && std::atoi(local) > static_cast<int>(cores);
-    return oversubscribed ? 0.0005 : 0.01;
+    return oversubscribed ? 0.0005 : 0.2;
   }();
   return seconds;
 }
@@ -251,15 +251,18 @@ void Work::wait() {
   // then never returns; MPI_Testall sees it.
   {
     // Poll, so that a peer that never answers is noticed. Note [waiting]:
-    // for the first 10 ms (busyPollSeconds) poll back to back, yielding the core between
-    // polls (a rank that waits has nothing else to run; when ranks share
-    // cores, the yield lets the peer we wait for run). Pipeline waits are
-    // mostly a few ms (a peer's forward or backward), and a message is taken
-    // within microseconds of its arrival. Longer waits (collectives behind a
-    // slow rank, a stopped peer) sleep, 50 us doubling up to 1 ms, so an
-    // idle rank costs no CPU. (Sleeping from the first 0.5 ms on, as before,
-    // added up to 1 ms to every wait: the profile measured a 0.94 ms
-    // one-way latency for 64 bytes, and each pipeline hop paid it.)
+    // for the first 200 ms (busyPollSeconds) poll back to back, yielding the
+    // core between polls (a rank that waits has nothing else to run; when
+    // ranks share cores, the yield lets the peer we wait for run). Pipeline
+    // waits are a peer's forward or backward, up to tens of ms where stages
+    // are unequal, and a message is taken within microseconds of its
+    // arrival. Longer waits (collectives behind a slow rank, a stopped peer)
+    // sleep, 50 us doubling up to 1 ms, so an idle rank costs no CPU.
+    // (Sleeping from the first 0.5 ms on added up to 1 ms to every wait: the
+    // profile measured a 0.94 ms one-way latency for 64 bytes, and each
+    // pipeline hop paid it. Sleeping after 10 ms made a light stage that
+    // waits ~35 ms per action compute ~11% slower than polling through the
+    // wait: on a VM an idle core is halted and its caches go to other work.)
     const auto t0 = std::chrono::steady_clock::now();
     int done = 0;
     int64_t nap = 50;
