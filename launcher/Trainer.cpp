@@ -757,7 +757,8 @@ void Trainer::report() {
   }
   if (savedBytes_) {
     log::info("stage " + std::to_string(stageIndex_) + " saved activations: peak " +
-              std::to_string(savedBytes_->peakBytes()) + " bytes (" + formatBytes(savedBytes_->peakBytes()) + ")");
+              std::to_string(savedBytes_->peakBytes()) + " bytes (" + formatBytes(savedBytes_->peakBytes()) +
+              "; its inputs not counted: the plan holds them as boundary bytes)");
   }
   const int64_t resident = memory::residentPeakBytes();
   // Machine-readable on purpose: tests and bench/memory read this line.

@@ -164,6 +164,11 @@ void LiveSavedBytes::exclude(const torch::Tensor& tensor) {
   if (tensor.defined() && tensor.has_storage()) excluded_.insert(tensor.storage().data());
 }
 
+void LiveSavedBytes::include(const torch::Tensor& tensor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (tensor.defined() && tensor.has_storage()) excluded_.erase(tensor.storage().data());
+}
+
 const void* LiveSavedBytes::onPack(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -107,6 +107,10 @@ class LiveSavedBytes {
  public:
   HooksFactory factory();
   void exclude(const torch::Tensor& tensor);  // e.g. parameters
+  // Counts the tensor's storage again (after exclude): for storages excluded
+  // while one forward packs them, e.g. a stage's inputs. Call it while the
+  // storage is still alive, so that a later storage at its address counts.
+  void include(const torch::Tensor& tensor);
   int64_t bytes() const;
   int64_t peakBytes() const;
   void resetPeak();

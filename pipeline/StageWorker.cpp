@@ -148,9 +148,19 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
     }
     memory_->endForward();
   } else {
-    std::optional<memory::SavedTensorScope> scope;  // the stage graph's tensors only, not the loss's
-    if (savedBytes_) scope.emplace(savedBytes_->factory());
-    st.outputs = module_.forward(in);
+    // Saved activations the stage makes: not its inputs (received, or the
+    // data), which the plan holds as boundary bytes whether saved or not.
+    if (savedBytes_) {
+      for (auto& t : st.inputs) savedBytes_->exclude(t);
+    }
+    {
+      std::optional<memory::SavedTensorScope> scope;  // the stage graph's tensors only, not the loss's
+      if (savedBytes_) scope.emplace(savedBytes_->factory());
+      st.outputs = module_.forward(in);
+    }
+    if (savedBytes_) {
+      for (auto& t : st.inputs) savedBytes_->include(t);
+    }
   }
   if (isLast()) {
     st.loss = lossFn_(st.outputs.at(0), data.target) / m;

@@ -126,7 +126,8 @@ class StageWorker {
   const StageGraph& stage() const { return stage_; }
   const StageModule& module() const { return module_; }
   const ComputeTimes& computeTimes() const { return times_; }
-  // Count saved-tensor bytes of this stage's forwards with `counter` (nullptr: off).
+  // Count saved-tensor bytes of this stage's forwards with `counter` (nullptr: off):
+  // what its nodes save, less its inputs (the plan holds those as boundary bytes).
   void measureSavedBytes(memory::LiveSavedBytes* counter) { savedBytes_ = counter; }
   bool isFirst() const { return stage_.index == 0; }
   bool isLast() const { return stage_.index == schedule_.stages - 1; }

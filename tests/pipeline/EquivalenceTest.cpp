@@ -17,6 +17,7 @@
 
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
+#include "memory/SavedTensorHooks.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
 #include "tests/TestUtil.h"
@@ -66,8 +67,8 @@ enum class Split { None, InsideBlock, PlanInsideBlock, PlanOptimal };
 
 // A plan through its file (rank 0 writes, both read), as `sluice train` uses
 // pipeline.plan. Both ranks are children of one mpirun: its pid names the file.
-std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, const OpGraph& graph,
-                                  const std::vector<int>& given) {
+partition::Plan planFromFile(const Communicator& comm, models::Gpt& gpt, const OpGraph& graph,
+                             const std::vector<int>& given) {
   const std::string path = "/tmp/sluice_equivalence_plan_" + std::to_string(::getppid()) + ".pb";
   if (comm.rank() == 0) {
     auto profile = partition::profileGraph(graph, graphInputs(graph, *gpt, {batchFor(0, 64)[0].input}), {1, 3});
@@ -83,7 +84,22 @@ std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, co
   plan.checkMatches(graph, comm.size(), path);
   comm.barrier();
   if (comm.rank() == 0) std::remove(path.c_str());
-  return plan.cuts();
+  return plan;
+}
+
+std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, const OpGraph& graph,
+                                  const std::vector<int>& given) {
+  return planFromFile(comm, gpt, graph, given).cuts();
+}
+
+// The cut inside block 0 right after its attention softmax: the residual and
+// the attention weights cross it, and stage 1's first matmul saves the
+// weights it receives.
+std::vector<int> cutAfterSoftmax(const OpGraph& graph) {
+  for (auto& n : graph.nodes()) {
+    if (n.op == "aten::softmax") return {n.index + 1};
+  }
+  return {};
 }
 
 // Losses on the last stage; empty on other ranks.
@@ -94,13 +110,7 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   std::vector<int> cuts;
   if (split == Split::InsideBlock || split == Split::PlanInsideBlock) {
-    // Inside block 0, after its attention softmax (the residual crosses).
-    for (auto& n : graph.nodes()) {
-      if (n.op == "aten::softmax") {
-        cuts.push_back(n.index + 1);
-        break;
-      }
-    }
+    cuts = cutAfterSoftmax(graph);  // inside block 0 (the residual crosses)
   }
   if (split == Split::PlanInsideBlock || split == Split::PlanOptimal) {
     auto given = cuts;
@@ -215,6 +225,35 @@ TEST(Equivalence, PlansMatchSingleProcessAdamW) {
     expectSameLosses(inside, ref, "2 stages, plan cutting inside block 0");
     expectSameLosses(optimal, ref, "2 stages, the partitioner's plan");
   }
+}
+
+// What training logs as measured saved activations (logging.measure_memory:
+// StageWorker::measureSavedBytes, inputs not counted) is exactly what the
+// plan predicts, in flight x kept bytes, on both stages of the partitioner's
+// 1F1B split (it cuts between blocks: stage 1's first layer norm saves the
+// residual it receives, which counting inputs would add).
+TEST(Equivalence, MeasuredSavedActivationsAreThePlansPrediction) {
+  auto world = Communicator::world();
+  ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
+  torch::manual_seed(kSeed);
+  models::Gpt gpt(test::tinyGpt(2));
+  auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
+  const auto plan = planFromFile(world, gpt, graph, {});
+  auto stages = splitGraph(graph, plan.cuts());
+  auto& stage = stages.at(world.rank());
+  pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), world,
+                               pipeline::makeSchedule("1f1b", 2, kMicroBatches, 1, nullptr), lossFn);
+  memory::LiveSavedBytes live;
+  for (auto& t : gpt->parameters()) live.exclude(t);
+  for (auto& t : gpt->buffers()) live.exclude(t);
+  worker.measureSavedBytes(&live);
+  torch::optim::AdamW opt(worker.trainableParameters(), adamw());
+  for (int step = 0; step < 2; ++step) worker.trainStep(batchFor(step, 64), opt);
+  const auto& predicted = plan.stages.at(world.rank());
+  ASSERT_GT(predicted.keptBytes, 0);
+  EXPECT_EQ(live.peakBytes(), predicted.inFlight * predicted.keptBytes)
+      << "stage " << world.rank() << ", nodes [" << predicted.firstNode << ", " << predicted.endNode << ")";
+  EXPECT_EQ(live.bytes(), 0) << "saved activations outlived the step";
 }
 
 }  // namespace
