@@ -135,7 +135,7 @@ for label in "${models[@]}"; do
       awk -v l="$label" -v m="$method" -v s="$stage" '
         function med(a, n,   i, j, t) { for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-        { ++n; pc[n] = $1; mc[n] = $2; e[n] = 100 * ($1 - $2) / $2; pa[n] = $3; ma[n] = $4; ea[n] = 100 * ($3 - $4) / $4 }
+        { ++n; pc[n] = $1; mc[n] = $2; e[n] = 100 * ($1 - $2) / $2; pa[n] = $3; ma[n] = $4; ea[n] = $4 ? 100 * ($3 - $4) / $4 : ($3 ? 100 : 0) }
         END { printf "%-12s %-11s %5s %6d %13.2f %13.2f %+7.1f%% %15d %15d %+7.1f%%\n", l, m, s, n, med(pc, n), med(mc, n),
                      med(e, n), med(pa, n), med(ma, n), med(ea, n) }' "$f"
     done
