@@ -112,13 +112,13 @@ TEST(StageMemory, SwapAndRecomputeGiveBitwiseTheGradientsOfKeepingEverything) {
     ASSERT_EQ(got.size(), reference.size());
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(got[i].defined(), reference[i].defined()) << "tensor " << i;
-      if (got[i].defined()) EXPECT_TRUE(torch::equal(got[i], reference[i])) << "kind " << int(kind) << " tensor " << i;
+      if (got[i].defined()) { EXPECT_TRUE(torch::equal(got[i], reference[i])) << "kind " << int(kind) << " tensor " << i; }
     }
     if (kind == Kind::SwapAll) {
       EXPECT_GT(stats.swap.bytesWritten, 0);
       EXPECT_EQ(stats.swap.bytesRead, stats.swap.bytesWritten) << "every swapped storage is read back once";
     }
-    if (kind == Kind::RecomputeAll) EXPECT_GT(stats.recomputes, 0);
+    if (kind == Kind::RecomputeAll) { EXPECT_GT(stats.recomputes, 0); }
   }
   EXPECT_EQ(StageMemory::liveRecords(), 0);
   EXPECT_EQ(StageMemory::liveHandles(), 0);
@@ -264,8 +264,8 @@ TEST(StageMemory, SavedViewsComeBackWithTheirOffsetsAndStrides) {
     } else {
       EXPECT_TRUE(torch::equal(params[0].grad(), reference[0])) << actionName(action);
     }
-    if (action == TensorAction::Swap) EXPECT_GT(memory.stats().swap.bytesRead, 0);
-    if (action == TensorAction::Recompute) EXPECT_GT(memory.stats().recomputes, 0);
+    if (action == TensorAction::Swap) { EXPECT_GT(memory.stats().swap.bytesRead, 0); }
+    if (action == TensorAction::Recompute) { EXPECT_GT(memory.stats().recomputes, 0); }
   }
 }
 

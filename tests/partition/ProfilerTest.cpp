@@ -103,8 +103,8 @@ TEST(Profiler, WeightGradientShareFollowsWhatANodeDifferentiatesInto) {
     const auto& p = f.profile.nodes[n.index];
     EXPECT_GE(p.weightBackwardSeconds, 0.0) << n.op;
     EXPECT_LE(p.weightBackwardSeconds, p.backwardSeconds * (1 + 1e-9)) << n.op;
-    if (n.op == "aten::embedding" || n.op == "aten::t") EXPECT_DOUBLE_EQ(p.weightBackwardSeconds, p.backwardSeconds) << n.op;
-    if (n.op == "aten::softmax" || n.op == "aten::gelu") EXPECT_EQ(p.weightBackwardSeconds, 0.0) << n.op;
+    if (n.op == "aten::embedding" || n.op == "aten::t") { EXPECT_DOUBLE_EQ(p.weightBackwardSeconds, p.backwardSeconds) << n.op; }
+    if (n.op == "aten::softmax" || n.op == "aten::gelu") { EXPECT_EQ(p.weightBackwardSeconds, 0.0) << n.op; }
     if (n.op == "aten::matmul" && producer.count(n.inputs[1]) && g.nodes()[producer[n.inputs[1]]].op == "aten::t") {
       ++matmuls;
       EXPECT_GT(p.weightBackwardSeconds, 0.0);
@@ -258,7 +258,7 @@ TEST(Profiler, InContextTimesAddUpAndFindEveryBackward) {
   for (int i = 0; i < g.numNodes(); ++i) {
     if (isolated.nodes[i].backwardSeconds <= 0) {
       // No autograd function, no parameter to accumulate into: nothing of the backward is this node's.
-      if (paramBytes[i] == 0) EXPECT_EQ(t.backwardSeconds[i], 0.0) << "node " << i << " " << g.nodes()[i].op;
+      if (paramBytes[i] == 0) { EXPECT_EQ(t.backwardSeconds[i], 0.0) << "node " << i << " " << g.nodes()[i].op; }
       continue;
     }
     ++withBackward;

@@ -153,7 +153,7 @@ TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
         EXPECT_GT(run.stats.swap.bytesWritten, 0);
         EXPECT_GT(run.stats.swap.bytesRead, 0);
       }
-      if (kind == Kind::RecomputeAll) EXPECT_GT(run.stats.recomputes, 0);
+      if (kind == Kind::RecomputeAll) { EXPECT_GT(run.stats.recomputes, 0); }
       std::cout << "rank " << world.rank() << " " << schedule << ", " << kindName(kind) << ": swapped "
                 << run.stats.swap.bytesWritten << " bytes (" << run.stats.swap.reads << " reads, "
                 << run.stats.swap.demandReads << " not prefetched in time), recomputed " << run.stats.recomputedBytes

@@ -243,7 +243,7 @@ TEST(Schedule, InterleavedZeroBubbleIsValidAndFillsTheBubble) {
         const double zb = simulateStep(s, t), inter = simulateStep(makeInterleaved1F1B(p, v, m), t);
         EXPECT_GE(zb, m * (f + b) - 1e-9);
         EXPECT_LE(zb, inter + 1e-9) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s);
-        if (m > p) EXPECT_LT(zb, inter) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s);
+        if (m > p) { EXPECT_LT(zb, inter) << "p=" << p << " v=" << v << " m=" << m << "\n" << toString(s); }
       }
     }
   }
