@@ -92,16 +92,6 @@ std::vector<int> cutsFromPlanFile(const Communicator& comm, models::Gpt& gpt, co
   return planFromFile(comm, gpt, graph, given).cuts();
 }
 
-// The cut inside block 0 right after its attention softmax: the residual and
-// the attention weights cross it, and stage 1's first matmul saves the
-// weights it receives.
-std::vector<int> cutAfterSoftmax(const OpGraph& graph) {
-  for (auto& n : graph.nodes()) {
-    if (n.op == "aten::softmax") return {n.index + 1};
-  }
-  return {};
-}
-
 // Losses on the last stage; empty on other ranks.
 std::vector<double> pipelineLosses(const Communicator& comm, const std::string& schedule, Split split,
                                    const pipeline::ScheduleCosts* costs = nullptr) {
@@ -110,7 +100,13 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   std::vector<int> cuts;
   if (split == Split::InsideBlock || split == Split::PlanInsideBlock) {
-    cuts = cutAfterSoftmax(graph);  // inside block 0 (the residual crosses)
+    // Inside block 0, after its attention softmax (the residual crosses).
+    for (auto& n : graph.nodes()) {
+      if (n.op == "aten::softmax") {
+        cuts.push_back(n.index + 1);
+        break;
+      }
+    }
   }
   if (split == Split::PlanInsideBlock || split == Split::PlanOptimal) {
     auto given = cuts;
