@@ -345,6 +345,9 @@ void validate(Config& c) {
   require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
   require(in(p.partitionMethod, {"profile", "uniform", "parameters", "layers"}),
           "pipeline.partition.method must be profile, uniform, parameters or layers, got '" + p.partitionMethod + "'");
+  require(p.minOpLevelGain >= 0 && p.minOpLevelGain < 1,
+          "pipeline.partition.min_op_level_gain must be in [0, 1) (a share of the step time; 0: always cut between "
+          "ops), got " + std::to_string(p.minOpLevelGain));
   require(p.plan.empty() || p.cuts.empty(), "pipeline.plan and pipeline.cuts both set: give one of them");
   require(p.plan.empty() || std::filesystem::exists(p.plan),
           "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");
@@ -460,6 +463,7 @@ Config parse(const YAML::Node& root) {
   pipeline.get("plan", c.pipeline.plan);
   auto partition = pipeline.child("partition");
   partition.get("method", c.pipeline.partitionMethod);
+  partition.get("min_op_level_gain", c.pipeline.minOpLevelGain);
   partition.finish();
   pipeline.finish();
   MapReader memory(root, "memory");
@@ -593,7 +597,7 @@ std::string Config::toYaml() const {
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
     << pipeline.execution << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
     << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
-    << YAML::EndMap << YAML::EndMap;
+    << YAML::Key << "min_op_level_gain" << YAML::Value << pipeline.minOpLevelGain << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value
     << memory.budgetMb << YAML::Key << "policy" << YAML::Value << memory.policy << YAML::Key << "swap" << YAML::Value
     << memory.swap << YAML::Key << "swap_dir"

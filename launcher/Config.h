@@ -105,6 +105,10 @@ struct PipelineConfig {
   std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method
   std::string plan;                // pipeline.plan: a plan file from `sluice partition` (wins over partition.method)
   std::string partitionMethod = "profile";  // pipeline.partition.method: profile | uniform | parameters | layers
+  // pipeline.partition.min_op_level_gain: the profile method cuts inside a
+  // layer only when that is predicted at least this much faster (a share of
+  // the step) than its best cuts on layer boundaries; 0: always op-level.
+  double minOpLevelGain = 0.03;
   // eager (node by node, the default: on CPU it is as fast as the TorchScript
   // executor and saves exactly what the profiler measures; the executor's
   // autodiff saves ~20% more activations) | compiled (TorchScript executor)

@@ -69,6 +69,7 @@ memory::MemoryPlan memoryPlanFor(const partition::Plan& plan, int stage, const C
 partition::PlanSettings planSettings(const Config& c) {
   partition::PlanSettings s;
   s.method = c.pipeline.partitionMethod;
+  s.minOpLevelGain = c.pipeline.minOpLevelGain;
   s.stages = c.pipeline.stages;
   s.microBatches = c.pipeline.microbatches;
   s.schedule = c.pipeline.schedule;

@@ -30,18 +30,6 @@ Action parseAction(const std::string& s, const std::string& origin) {
   throw PlanError("plan " + origin + ": unknown action '" + s + "'");
 }
 
-// Among valid cuts after `after` that leave room for `remaining` more cuts,
-// the one with the least distance(cut) (ties: the earlier).
-int nearestValidCut(const std::vector<int>& valid, int after, int remaining, const std::function<double(int)>& distance) {
-  int best = -1;
-  for (size_t i = 0; i < valid.size(); ++i) {
-    if (valid[i] <= after || valid.size() - i - 1 < static_cast<size_t>(remaining)) continue;
-    if (best < 0 || distance(valid[i]) < distance(best)) best = valid[i];
-  }
-  SLUICE_CHECK(best >= 0, PlanError, "partition: too few valid cut points for this many stages");
-  return best;
-}
-
 }  // namespace
 
 std::vector<int> Plan::cuts() const {
@@ -81,6 +69,9 @@ std::string Plan::toBytes() const {
   p.set_policy(policy);
   p.set_swap_window_bytes(swapWindowBytes);
   p.set_schedule_comm_s(scheduleComm);
+  for (int c : opLevelCuts) p.add_op_level_cuts(c);
+  p.set_op_level_step_time_s(opLevelStepTime);
+  p.set_min_op_level_gain(minOpLevelGain);
   for (auto& s : stages) {
     auto* q = p.add_stages();
     q->set_index(s.index);
@@ -151,6 +142,9 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.policy = p.policy();
   out.swapWindowBytes = p.swap_window_bytes();
   out.scheduleComm = p.schedule_comm_s();
+  out.opLevelCuts.assign(p.op_level_cuts().begin(), p.op_level_cuts().end());
+  out.opLevelStepTime = p.op_level_step_time_s();
+  out.minOpLevelGain = p.min_op_level_gain();
   int expectFirst = 0;
   for (auto& q : p.stages()) {
     PlanStage s;
@@ -267,6 +261,15 @@ std::string Plan::table() const {
                 "activations) + transient (+ swap window)\n",
                 1e3 * stepTime, 100 * bubbleFraction);
   os << buf;
+  if (!opLevelCuts.empty()) {
+    std::string list;
+    for (int c : opLevelCuts) list += (list.empty() ? "" : ", ") + std::to_string(c);
+    std::snprintf(buf, sizeof(buf),
+                  "cuts on layer boundaries: the best cuts between ops, [%s], were predicted %.2f ms (%.1f%% faster), "
+                  "less than pipeline.partition.min_op_level_gain (%.1f%%)\n",
+                  list.c_str(), 1e3 * opLevelStepTime, 100 * (1 - opLevelStepTime / stepTime), 100 * minOpLevelGain);
+    os << buf;
+  }
   for (auto& s : stages) {
     // Split backward: what the peak holds besides (gradients waiting for their W, CostModel.h).
     const int64_t pendingW =
@@ -368,130 +371,6 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   return p;
 }
 
-
-std::vector<int> uniformCuts(const OpGraph& graph, int stages) {
-  std::map<int, int> firstNodeOfBlock;
-  const auto block = blockOfNodes(graph);
-  for (int j = 0; j < graph.numNodes(); ++j) {
-    if (block[j] >= 0) firstNodeOfBlock.emplace(block[j], j);
-  }
-  const int blocks = static_cast<int>(firstNodeOfBlock.size());
-  SLUICE_CHECK(blocks >= stages, PlanError,
-               "partition: method uniform splits numbered blocks (module paths like h.3.), and this model has "
-                   << blocks << ", fewer than " << stages << " stages; use --method profile or parameters");
-  std::vector<int> starts;
-  for (auto& [block, node] : firstNodeOfBlock) starts.push_back(node);
-  auto valid = graph.validCuts();
-  std::vector<int> cuts;
-  for (int k = 1; k < stages; ++k) {
-    const int target = starts[static_cast<size_t>(k) * blocks / stages];
-    cuts.push_back(nearestValidCut(valid, cuts.empty() ? 0 : cuts.back(), stages - 1 - k,
-                                   [&](int c) { return std::abs(c - target); }));
-  }
-  return cuts;
-}
-
-std::vector<int> parameterCuts(const OpGraph& graph, int stages) {
-  const int n = graph.numNodes();
-  std::vector<int64_t> prefix(n + 1, 0);
-  std::map<std::string, int64_t> bytes;
-  for (auto& in : graph.inputs()) bytes[in.name] = in.value.bytes();
-  std::map<std::string, bool> seen;
-  for (auto& node : graph.nodes()) {
-    int64_t b = 0;
-    for (auto& name : node.params) {
-      if (!seen[name]) seen[name] = true, b += bytes[name];
-    }
-    prefix[node.index + 1] = prefix[node.index] + b;
-  }
-  auto valid = graph.validCuts();
-  std::vector<int> cuts;
-  for (int k = 1; k < stages; ++k) {
-    // The valid cut whose parameter prefix is nearest the target share.
-    const double target = static_cast<double>(k) * prefix[n] / stages;
-    cuts.push_back(nearestValidCut(valid, cuts.empty() ? 0 : cuts.back(), stages - 1 - k,
-                                   [&](int c) { return std::abs(prefix[c] - target); }));
-  }
-  return cuts;
-}
-
-std::vector<int> layerCuts(const OpGraph& graph, const Profile& profile, int stages) {
-  const int n = graph.numNodes();
-  const auto block = blockOfNodes(graph);
-  std::map<int, int> first, last;  // block -> its first and last node
-  for (int j = 0; j < n; ++j) {
-    if (block[j] < 0) continue;
-    first.emplace(block[j], j);
-    last[block[j]] = j;
-  }
-  // Layer boundaries: each block's first node, and the node after the last block.
-  std::vector<int> bounds{0};
-  for (auto& [b, j] : first) {
-    if (j > bounds.back()) bounds.push_back(j);
-  }
-  if (!last.empty() && last.rbegin()->second + 1 < n) bounds.push_back(last.rbegin()->second + 1);
-  bounds.push_back(n);
-  // Snap inner boundaries to valid cuts (keeping them increasing).
-  auto valid = graph.validCuts();
-  std::vector<int> snapped{0};
-  for (size_t i = 1; i + 1 < bounds.size(); ++i) {
-    int best = -1;
-    for (int c : valid) {
-      if (c <= snapped.back() || c >= n) continue;
-      if (best < 0 || std::abs(c - bounds[i]) < std::abs(best - bounds[i])) best = c;
-    }
-    if (best > snapped.back()) snapped.push_back(best);
-  }
-  snapped.push_back(n);
-  const int layers = static_cast<int>(snapped.size()) - 1;
-  SLUICE_CHECK(layers >= stages, PlanError,
-               "partition: method layers splits between layers (the nodes before the first numbered block like h.0., "
-               "each block, the nodes after the last), and this model has "
-                   << layers << ", fewer than " << stages << " stages; use --method profile");
-  std::vector<double> time(layers, 0);
-  for (int l = 0; l < layers; ++l) {
-    for (int j = snapped[l]; j < snapped[l + 1]; ++j) time[l] += profile.nodes[j].forwardSeconds + profile.nodes[j].backwardSeconds;
-  }
-  time.back() += profile.lossForwardSeconds + profile.lossBackwardSeconds;
-  // best[s][l]: the smallest slowest-group time of layers [0, l) in s groups; from[s][l]: where the last group starts.
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(layers + 1, inf));
-  std::vector<std::vector<int>> from(stages + 1, std::vector<int>(layers + 1, 0));
-  best[0][0] = 0;
-  for (int s = 1; s <= stages; ++s) {
-    for (int l = s; l <= layers; ++l) {
-      double group = 0;
-      for (int k = l - 1; k >= s - 1; --k) {
-        group += time[k];
-        const double worst = std::max(best[s - 1][k], group);
-        if (worst < best[s][l]) best[s][l] = worst, from[s][l] = k;
-      }
-    }
-  }
-  std::vector<int> cuts;
-  for (int s = stages, l = layers; s > 1; --s) {
-    l = from[s][l];
-    cuts.insert(cuts.begin(), snapped[l]);
-  }
-  return cuts;
-}
-
-// The block number of each node: that of the first numbered module path it
-// reads ("h.3.attn..." -> 3), or -1.
-std::vector<int> blockOfNodes(const OpGraph& graph) {
-  static const std::regex numbered(R"(^[A-Za-z_]+\.(\d+)\.)");
-  std::vector<int> block(graph.numNodes(), -1);
-  for (auto& n : graph.nodes()) {
-    for (auto& name : n.params) {
-      std::smatch m;
-      if (std::regex_search(name, m, numbered)) {
-        block[n.index] = std::stoi(m[1]);
-        break;
-      }
-    }
-  }
-  return block;
-}
 
 namespace {
 
@@ -743,6 +622,43 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
   return part;
 }
 
+// The step time a plan of `part` predicts (toPlan's stepTime).
+double predictedStep(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
+  return p.inFlightPerStage.empty() ? part.stepTime : simulatedStepTime(st, profile, part, p);
+}
+
+// Note [layer boundaries first]: the profile method's best cuts between
+// layers (the cost model's optimum with cuts only on layerBoundaries()), when
+// the op-level optimum `opLevel` is not predicted at least
+// st.minOpLevelGain of the step faster; else nothing. Why: two splits a few
+// ops apart are predicted within a percent or two of each other, well inside
+// the cost model's step-time error (bench/partition: measured/predicted 0.97
+// to 1.04), so such a "gain" is noise; a cut between layers hands the next
+// stage only the residual stream, never a parameter view or a half-finished
+// block, and is the split users and the `layers` peer expect. Where op-level
+// cuts pay (a model with fewer heavy layers than stages can share evenly,
+// bench/partition's one_block: 1.29x) the gain is far above the threshold.
+std::optional<Partition> layerAligned(const OpGraph& graph, const Profile& profile, const PlanSettings& st,
+                                      const Problem& p, const Partition& opLevel) {
+  if (st.minOpLevelGain <= 0 || opLevel.cuts.empty()) return std::nullopt;
+  const auto bounds = layerBoundaries(graph);
+  std::vector<char> onBoundary(p.numNodes() + 1, 0);
+  for (int b : bounds) onBoundary[b] = 1;
+  if (std::all_of(opLevel.cuts.begin(), opLevel.cuts.end(), [&](int c) { return onBoundary[c] != 0; })) {
+    return std::nullopt;  // already there
+  }
+  Problem layered = p;
+  for (int c = 1; c < p.numNodes(); ++c) layered.validCut[c] = p.validCut[c] && onBoundary[c];
+  try {
+    auto aligned = refineForSchedule(graph, profile, st, layered, partitionFor(graph, profile, st, layered, nullptr));
+    const double op = predictedStep(st, profile, opLevel, p), layer = predictedStep(st, profile, aligned, p);
+    if (op >= layer * (1 - st.minOpLevelGain)) return aligned;
+  } catch (const PlanError&) {  // too few layers, or no split on them fits the budget
+  } catch (const GraphError&) {
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
@@ -752,9 +668,17 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   if (st.method == "layers") return planForCuts(graph, profile, st, layerCuts(graph, profile, pieces));
   SLUICE_CHECK(st.method == "profile", PlanError,
                "partition: unknown method '" << st.method << "' (profile | uniform | parameters | layers)");
+  SLUICE_CHECK(st.minOpLevelGain >= 0 && st.minOpLevelGain < 1, PlanError,
+               "partition: the minimum op-level gain must be in [0, 1), got " << st.minOpLevelGain);
   auto problem = makeProblem(graph, profile, st);
-  return toPlan(graph, profile, st, problem,
-                refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr)));
+  auto opLevel = refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
+  auto aligned = layerAligned(graph, profile, st, problem, opLevel);
+  if (!aligned) return toPlan(graph, profile, st, problem, opLevel);
+  auto plan = toPlan(graph, profile, st, problem, *aligned);
+  plan.opLevelCuts = opLevel.cuts;
+  plan.opLevelStepTime = predictedStep(st, profile, opLevel, problem);
+  plan.minOpLevelGain = st.minOpLevelGain;
+  return plan;
 }
 
 Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/OpGraph.h"
+#include "partition/BaselineCuts.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
 #include "pipeline/Schedule.h"
@@ -37,6 +38,10 @@ namespace sluice::partition {
 
 struct PlanSettings {
   std::string method = "profile";  // profile | uniform | parameters | layers
+  // profile: cut inside a layer only when predicted at least this share of
+  // the step faster than the best cuts on layer boundaries (Note [layer
+  // boundaries first], Plan.cpp); 0: the op-level optimum always.
+  double minOpLevelGain = 0.03;
   int stages = 1;
   int microBatches = 1;
   std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved
@@ -83,6 +88,10 @@ struct Plan {
   std::vector<TensorDecision> decisions;  // swap and recompute only
   double stepTime = 0, bubbleFraction = 0;
   double scheduleComm = 0;  // see scheduleCosts()
+  // profile method, when it kept layer boundaries (PlanSettings::minOpLevelGain):
+  // the op-level cuts it passed over and their predicted step; else empty and 0.
+  std::vector<int> opLevelCuts;
+  double opLevelStepTime = 0, minOpLevelGain = 0;
 
   // The costs the zero-bubble schedules are fitted to (pipeline::makeSchedule):
   // what the plan's step time was simulated with. Empty for other schedules
@@ -105,19 +114,6 @@ struct Plan {
 
 // The cost-model inputs for a graph and its profile (which must match).
 Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSettings& settings);
-std::vector<int> uniformCuts(const OpGraph& graph, int stages);
-// Per node, the number of the transformer block whose parameters it reads
-// first (module paths like "h.3."), or -1.
-std::vector<int> blockOfNodes(const OpGraph& graph);
-std::vector<int> parameterCuts(const OpGraph& graph, int stages);
-// Layer-level balance by profiled time (torchgpipe's balance_by_time,
-// PipeDream's layer-level split): the graph in layers (the nodes before the
-// first numbered block, each block, the nodes after the last), each layer's
-// forward + backward time from the profile (the loss counts to the last),
-// split into `stages` contiguous groups minimising the slowest group's time.
-// Cuts fall only between layers (snapped to the nearest valid cut). PlanError
-// when there are fewer layers than stages.
-std::vector<int> layerCuts(const OpGraph& graph, const Profile& profile, int stages);
 // For zb-h1, interleaved and interleaved-zb the profile method's cuts are a
 // local optimum of the schedule's simulated step: no single cut moved by up
 // to kRefineReach nodes gives a shorter one (Plan.cpp, refineForSchedule).

@@ -39,6 +39,8 @@ TEST(Config, OverridesTakePrecedence) {
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
   EXPECT_TRUE(c.pipeline.fitSchedule);  // default
   EXPECT_FALSE(Config::fromYamlText(kValid, {"pipeline.fit_schedule=false"}).pipeline.fitSchedule);
+  EXPECT_DOUBLE_EQ(c.pipeline.minOpLevelGain, 0.03);  // default
+  EXPECT_DOUBLE_EQ(Config::fromYamlText(kValid, {"pipeline.partition.min_op_level_gain=0"}).pipeline.minOpLevelGain, 0);
 }
 
 TEST(Config, DataParallelWithDistAdam) {
@@ -88,6 +90,10 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr,
                   "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved, interleaved-zb or auto"},
         Malformed{"fit_schedule not a bool", {"pipeline.fit_schedule=maybe"}, nullptr, "pipeline.fit_schedule"},
+        Malformed{"negative op-level gain", {"pipeline.partition.min_op_level_gain=-0.1"}, nullptr,
+                  "pipeline.partition.min_op_level_gain must be in [0, 1)"},
+        Malformed{"op-level gain not a number", {"pipeline.partition.min_op_level_gain=lots"}, nullptr,
+                  "pipeline.partition.min_op_level_gain"},
         Malformed{"chunks without interleaving", {"pipeline.chunks=2"}, nullptr,
                   "pipeline.chunks = 2 (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb or auto"},
         Malformed{"interleaved on one stage", {"pipeline.schedule=interleaved", "pipeline.stages=1"}, nullptr,

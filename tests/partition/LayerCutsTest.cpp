@@ -1,7 +1,10 @@
 // The `layers` partition method: on a captured GPT with random per-node
 // times, its cuts fall between layers (embedding, each block, head) and give
 // the smallest slowest-stage time of every way to cut between layers (brute
-// force written here, not by the code under test).
+// force written here, not by the code under test). And the profile method's
+// preference for layer boundaries (PlanSettings::minOpLevelGain): it cuts
+// between ops only when that is predicted to gain at least the threshold over
+// the best split on layer boundaries (brute force again).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +95,110 @@ TEST(LayerCuts, SlowestStageIsTheSmallestOfAllLayerSplits) {
         }
       },
       PlanError);
+}
+
+// Layer starts as the test reads them: the first node reading each "h.<b>."
+// and the node after the last block's last node.
+std::set<int> layerStarts(const OpGraph& graph, int blocks) {
+  const auto block = blockOfNodes(graph);
+  std::set<int> starts;
+  int lastBlockNode = 0;
+  for (int j = 0; j < graph.numNodes(); ++j) {
+    if (block[j] >= 0 && std::none_of(block.begin(), block.begin() + j, [&](int b) { return b == block[j]; })) {
+      starts.insert(j);
+    }
+    if (block[j] == blocks - 1) lastBlockNode = j;
+  }
+  starts.insert(lastBlockNode + 1);
+  return starts;
+}
+
+TEST(LayerBoundariesFirst, OpLevelCutsOnlyWhenTheyGainTheThreshold) {
+  torch::manual_seed(1);
+  auto gpt = models::Gpt(test::tinyGpt(4));
+  auto graph = test::captureGpt(gpt, 2, 8);
+  const auto starts = layerStarts(graph, 4);
+  ASSERT_EQ(starts.size(), 5u);
+  const std::vector<int> inner(starts.begin(), starts.end());
+  int alignedChosen = 0, opLevelChosen = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const auto profile = test::randomTimesProfile(graph);
+    for (int stages : {2, 3}) {
+      PlanSettings st;
+      st.stages = stages;
+      st.microBatches = 4;
+      st.minOpLevelGain = 0;
+      const auto opLevel = makePlan(graph, profile, st);
+      EXPECT_TRUE(opLevel.opLevelCuts.empty());
+      // The best split on layer boundaries, by brute force over planForCuts.
+      double bestAligned = std::numeric_limits<double>::infinity();
+      std::vector<int> choice;
+      std::function<void(size_t)> pick = [&](size_t at) {
+        if (static_cast<int>(choice.size()) == stages - 1) {
+          bestAligned = std::min(bestAligned, planForCuts(graph, profile, st, choice).stepTime);
+          return;
+        }
+        for (size_t i = at; i < inner.size(); ++i) {
+          choice.push_back(inner[i]);
+          pick(i + 1);
+          choice.pop_back();
+        }
+      };
+      pick(0);
+      const auto opCuts = opLevel.cuts();
+      const bool opOnBoundaries =
+          std::all_of(opCuts.begin(), opCuts.end(), [&](int c) { return starts.count(c) > 0; });
+      for (double gain : {0.03, 0.15}) {
+        st.minOpLevelGain = gain;
+        const auto plan = makePlan(graph, profile, st);
+        const auto cuts = plan.cuts();
+        const std::string where = "trial " + std::to_string(trial) + ", " + std::to_string(stages) +
+                                  " stages, gain " + std::to_string(gain);
+        if (opOnBoundaries || opLevel.stepTime < bestAligned * (1 - gain)) {
+          // Op-level cuts that pay (or already lie between layers): kept as they are.
+          EXPECT_EQ(cuts, opCuts) << where;
+          EXPECT_TRUE(plan.opLevelCuts.empty()) << where;
+          if (!opOnBoundaries) ++opLevelChosen;
+        } else {
+          // Too small a gain: the best split on layer boundaries, with the passed-over cuts recorded.
+          for (int c : cuts) EXPECT_TRUE(starts.count(c)) << where << ": cut " << c << " is not between layers";
+          EXPECT_NEAR(plan.stepTime, bestAligned, 1e-12) << where;
+          EXPECT_EQ(plan.opLevelCuts, opCuts) << where;
+          EXPECT_NEAR(plan.opLevelStepTime, opLevel.stepTime, 1e-12) << where;
+          EXPECT_EQ(plan.minOpLevelGain, gain) << where;
+          ++alignedChosen;
+          // Recorded in the file and shown by `sluice plan show`.
+          const auto back = Plan::fromBytes(plan.toBytes(), "test");
+          EXPECT_EQ(back.opLevelCuts, opCuts);
+          EXPECT_DOUBLE_EQ(back.opLevelStepTime, plan.opLevelStepTime);
+          EXPECT_NE(back.table().find("cuts on layer boundaries"), std::string::npos) << back.table();
+        }
+      }
+    }
+  }
+  // Both outcomes occur on these random profiles, so neither branch is vacuous.
+  EXPECT_GT(alignedChosen, 0);
+  EXPECT_GT(opLevelChosen, 0);
+}
+
+// One block and two stages: layer cuts can only put the whole block on one
+// side; the op-level split of the block is far above the threshold and stays.
+TEST(LayerBoundariesFirst, OneBlockIsSplitBetweenOps) {
+  torch::manual_seed(2);
+  auto gpt = models::Gpt(test::tinyGpt(1));
+  auto graph = test::captureGpt(gpt, 2, 8);
+  auto profile = test::randomTimesProfile(graph);
+  profile.lossForwardSeconds = 0;
+  const auto starts = layerStarts(graph, 1);
+  PlanSettings st;
+  st.stages = 2;
+  st.microBatches = 4;
+  const auto plan = makePlan(graph, profile, st);  // the default threshold
+  ASSERT_EQ(plan.cuts().size(), 1u);
+  EXPECT_FALSE(starts.count(plan.cuts()[0])) << "cut " << plan.cuts()[0] << " lies between layers";
+  EXPECT_TRUE(plan.opLevelCuts.empty());
+  st.method = "layers";
+  EXPECT_LT(plan.stepTime, makePlan(graph, profile, st).stepTime * (1 - PlanSettings{}.minOpLevelGain));
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
       st.microBatches = 4;
       st.schedule = schedule;
       st.chunks = chunks;
+      st.minOpLevelGain = 0;  // the op-level optimum (layer boundaries first: LayerCutsTest)
       const auto plan = makePlan(graph, profile, st);
       const auto cuts = plan.cuts();
       ASSERT_EQ(static_cast<int>(cuts.size()), 2 * chunks - 1);
