@@ -331,6 +331,8 @@ void validate(Config& c) {
   require(in(o.name, {"adamw", "dist_adam"}), "optimizer.name must be adamw or dist_adam, got '" + o.name + "'");
   require(in(o.distAdamMode, {"hooks", "after_backward", "allreduce"}),
           "optimizer.dist_adam.mode must be hooks, after_backward or allreduce, got '" + o.distAdamMode + "'");
+  require(o.distAdamBucketMb * 1048576.0 >= 4, "optimizer.dist_adam.bucket_mb must be > 0 (MiB of gradients per "
+          "reduce-scatter), got " + std::to_string(o.distAdamBucketMb));
   require(p.dataParallel == 1 || o.name == "dist_adam",
           "pipeline.data_parallel = " + std::to_string(p.dataParallel) +
               " needs optimizer.name = dist_adam (its mode allreduce gives plain data-parallel AdamW); got '" + o.name +
@@ -486,6 +488,7 @@ Config parse(const YAML::Node& root) {
   opt.get("min_lr", c.optimizer.minLr);
   auto distAdam = opt.child("dist_adam");
   distAdam.get("mode", c.optimizer.distAdamMode);
+  distAdam.get("bucket_mb", c.optimizer.distAdamBucketMb);
   distAdam.finish();
   opt.finish();
   MapReader logging(root, "logging");
@@ -609,7 +612,8 @@ std::string Config::toYaml() const {
     << optimizer.eps << YAML::Key << "weight_decay" << YAML::Value << optimizer.weightDecay << YAML::Key
     << "schedule" << YAML::Value << optimizer.schedule << YAML::Key << "warmup_steps" << YAML::Value
     << optimizer.warmupSteps << YAML::Key << "min_lr" << YAML::Value << optimizer.minLr << YAML::Key << "dist_adam"
-    << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::EndMap
+    << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::Key
+    << "bucket_mb" << YAML::Value << optimizer.distAdamBucketMb << YAML::EndMap
     << YAML::EndMap;
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::Key

@@ -118,6 +118,7 @@ struct PipelineConfig {
 struct OptimizerConfig {
   std::string name = "adamw";         // adamw | dist_adam (sharded over pipeline.data_parallel)
   std::string distAdamMode = "after_backward";  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
+  double distAdamBucketMb = 25;  // optimizer.dist_adam.bucket_mb: gradient bytes per reduce-scatter bucket (DDP's 25)
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;

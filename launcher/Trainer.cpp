@@ -271,12 +271,13 @@ void Trainer::buildStage() {
                    .eps(c_.optimizer.eps)
                    .weight_decay(c_.optimizer.weightDecay);
   if (c_.optimizer.name == "dist_adam") {
-    auto dist = std::make_unique<optim::DistAdam>(params, dpComm_, adamw,
-                                                  optim::parseDistAdamMode(c_.optimizer.distAdamMode), dp);
+    auto dist = std::make_unique<optim::DistAdam>(
+        params, dpComm_, adamw, optim::parseDistAdamMode(c_.optimizer.distAdamMode), dp,
+        static_cast<int64_t>(c_.optimizer.distAdamBucketMb * 1048576.0));
     dist->setAccumulationSteps(c_.pipeline.microbatches);  // reduce on the last micro-batch's backward
-    log::info("DistAdam (" + c_.optimizer.distAdamMode + ") over " + std::to_string(dp) + " ranks: " +
-              formatBytes(dist->stateBytes()) + " of optimizer state on this rank (" +
-              std::to_string(dist->stateBytes()) + " bytes)");
+    log::info("DistAdam (" + c_.optimizer.distAdamMode + ") over " + std::to_string(dp) + " ranks, " +
+              std::to_string(dist->bucketCount()) + " bucket(s): " + formatBytes(dist->stateBytes()) +
+              " of optimizer state on this rank (" + std::to_string(dist->stateBytes()) + " bytes)");
     optimizer_ = std::move(dist);
   } else {
     optimizer_ = std::make_unique<torch::optim::AdamW>(params, adamw);

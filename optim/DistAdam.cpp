@@ -5,9 +5,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "core/Error.h"
+#include "optim/FlatLayout.h"
+#include "optim/FusedAdamW.h"
 
 namespace sluice::optim {
 
@@ -29,19 +32,27 @@ std::string toString(DistAdamMode mode) {
   return "?";
 }
 
-// Per-parameter state. Sharded modes: this rank owns flat elements
-// [begin, begin + valid) of the parameter; buffers are padded to `shard`.
+// Per parameter: where its gradient lives and how far this step's
+// accumulations got. Per bucket: the flat buffers (FlatLayout.h).
 struct DistAdam::Slot {
   torch::Tensor param;
-  int64_t numel = 0, shard = 0, begin = 0, valid = 0;
-  torch::Tensor expAvg, expAvgSq;  // [shard] (AllReduce: [numel])
+  size_t bucket = 0;
+  int64_t offset = 0, numel = 0;  // in the bucket's flat buffer
   int64_t step = 0;
   int accumulated = 0;
-  bool reduceStarted = false;
-  torch::Tensor gradPadded, gradShard, paramShard, gathered;
-  Work reduce, gather;
   std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the hook lives on it
   uintptr_t hookKey = 0;
+};
+
+struct DistAdam::Bucket {
+  FlatBucket layout;
+  torch::Tensor grad;        // [shard x ranks], its parameters' .grad are views of it; the padding stays 0
+  torch::Tensor gradShard;   // [shard] this rank's averaged gradient (AllReduce: `grad` itself, reduced in place)
+  torch::Tensor paramShard;  // [shard] this rank's updated parameter elements, to gather (AllReduce: none)
+  torch::Tensor gathered;    // [shard x ranks] (AllReduce: none)
+  torch::Tensor expAvg, expAvgSq;  // [shard]
+  int ready = 0;             // parameters whose last accumulation of the step is done
+  Work reduce, gather;
 };
 
 // Runs after the parameter's AccumulateGrad wrote .grad (post hooks run after apply()).
@@ -60,43 +71,57 @@ class DistAdam::Hook : public torch::autograd::FunctionPostHook {
 };
 
 DistAdam::DistAdam(std::vector<torch::Tensor> params, Communicator comm, AdamWOptions options, DistAdamMode mode,
-                   int expectedRanks)
+                   int expectedRanks, int64_t bucketBytes)
     : torch::optim::Optimizer(params, std::make_unique<AdamWOptions>(options)), comm_(std::move(comm)), mode_(mode) {
   SLUICE_CHECK(comm_.valid(), OptimError, "DistAdam needs a valid communicator");
   SLUICE_CHECK(expectedRanks <= 0 || comm_.size() == expectedRanks, OptimError,
                "DistAdam expects a data-parallel communicator of " << expectedRanks << " ranks but got one of "
                                                                    << comm_.size() << " ranks");
   SLUICE_CHECK(!options.amsgrad(), OptimError, "DistAdam does not implement amsgrad");
+  SLUICE_CHECK(bucketBytes >= 4, OptimError, "DistAdam bucket size must be at least 4 bytes, got " << bucketBytes);
   checkSameShapesEverywhere();
-  const int n = comm_.size(), r = comm_.rank();
+  std::vector<int64_t> numels;
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
     SLUICE_CHECK(p.is_floating_point() && p.scalar_type() == torch::kFloat, OptimError,
                  "DistAdam parameter " << i << " must be float32, got " << p.scalar_type());
     SLUICE_CHECK(p.requires_grad() && p.is_leaf(), OptimError,
                  "DistAdam parameter " << i << " must be a leaf tensor that requires grad");
-    auto s = std::make_unique<Slot>();
-    s->param = p;
-    s->numel = p.numel();
-    if (mode_ == DistAdamMode::AllReduce) {
-      s->shard = s->numel;
-      s->begin = 0;
-      s->valid = s->numel;
-    } else {
-      s->shard = (s->numel + n - 1) / n;
-      s->begin = std::min<int64_t>(s->numel, r * s->shard);
-      s->valid = std::min<int64_t>(s->shard, s->numel - s->begin);
-      s->gradPadded = torch::zeros({s->shard * n});  // the padded tail stays zero
-      s->gradShard = torch::empty({s->shard});
-      s->paramShard = torch::zeros({s->shard});
-      s->gathered = torch::empty({s->shard * n});
+    SLUICE_CHECK(p.is_contiguous(), OptimError, "DistAdam parameter " << i << " must be contiguous");
+    numels.push_back(p.numel());
+  }
+  // AllReduce keeps full state: a one-rank layout of the same buckets.
+  const bool sharded = mode_ != DistAdamMode::AllReduce;
+  const int n = sharded ? comm_.size() : 1, r = sharded ? comm_.rank() : 0;
+  auto layout = layoutBuckets(numels, std::max<int64_t>(1, bucketBytes / 4), n, r);
+  slots_.resize(params.size());
+  torch::NoGradGuard noGrad;
+  for (size_t k = 0; k < layout.size(); ++k) {
+    auto b = std::make_unique<Bucket>();
+    b->layout = std::move(layout[k]);
+    const int64_t shard = b->layout.shard;
+    b->grad = torch::zeros({shard * n});
+    b->gradShard = sharded ? torch::empty({shard}) : b->grad;
+    if (sharded) {
+      b->paramShard = torch::zeros({shard});
+      b->gathered = torch::empty({shard * n});
     }
-    s->expAvg = torch::zeros({s->shard});
-    s->expAvgSq = torch::zeros({s->shard});
-    s->accumulator = torch::autograd::impl::grad_accumulator(p);
-    SLUICE_CHECK(s->accumulator != nullptr, OptimError, "DistAdam parameter " << i << " has no gradient accumulator");
-    s->hookKey = s->accumulator->add_post_hook(std::make_unique<Hook>(this, i));
-    slots_.push_back(std::move(s));
+    b->expAvg = torch::zeros({shard});
+    b->expAvgSq = torch::zeros({shard});
+    for (size_t j = 0; j < b->layout.params.size(); ++j) {
+      const size_t i = b->layout.params[j];
+      auto s = std::make_unique<Slot>();
+      s->param = params[i];
+      s->bucket = k;
+      s->offset = b->layout.offsets[j];
+      s->numel = numels[i];
+      s->accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+      SLUICE_CHECK(s->accumulator != nullptr, OptimError, "DistAdam parameter " << i << " has no gradient accumulator");
+      s->hookKey = s->accumulator->add_post_hook(std::make_unique<Hook>(this, i));
+      bindGrad(*s, *b);
+      slots_[i] = std::move(s);
+    }
+    buckets_.push_back(std::move(b));
   }
 }
 
@@ -146,10 +171,10 @@ void DistAdam::onGradAccumulated(size_t index) {
                "DistAdam parameter " << index << " accumulated " << s.accumulated
                                      << " gradients this step but setAccumulationSteps(" << accumulationSteps_
                                      << ") was set; call step() or zero_grad() between steps");
-  if (mode_ == DistAdamMode::Hooks && s.accumulated == accumulationSteps_) {
-    launchReduce(index);
-    progressReductions();
-  }
+  if (mode_ != DistAdamMode::Hooks || s.accumulated != accumulationSteps_) return;
+  auto& b = *buckets_[s.bucket];
+  if (++b.ready == static_cast<int>(b.layout.params.size())) launchReduce(s.bucket);
+  progressReductions();
 }
 
 // Open MPI progresses nonblocking collectives only inside MPI calls (no
@@ -158,51 +183,82 @@ void DistAdam::onGradAccumulated(size_t index) {
 // oldest unfinished one drives all of them a round further.
 void DistAdam::progressReductions() {
   while (!inFlight_.empty()) {
-    auto& s = *slots_[inFlight_.front()];
-    if (!s.reduce.test()) return;
+    if (!buckets_[inFlight_.front()]->reduce.test()) return;
     inFlight_.pop_front();
   }
 }
 
+// Note [gradient views]: a parameter's .grad is a view of its bucket's flat
+// buffer, and AccumulateGrad adds into a defined .grad in place (grad mode is
+// off in backward), so gradients land in the bucket without a copy; zero_grad
+// (DistAdam's or Optimizer's: detach + zero_) keeps the storage. Code that
+// assigns a new tensor to .grad breaks the binding: its values are copied in
+// here and the view is put back.
+void DistAdam::bindGrad(Slot& s, Bucket& b) {
+  auto view = b.grad.narrow(0, s.offset, s.numel);
+  const auto& g = s.param.grad();
+  const bool bound = g.defined() && g.is_contiguous() && g.numel() == s.numel && g.scalar_type() == torch::kFloat &&
+                     g.data_ptr() == view.data_ptr();
+  if (bound) return;
+  torch::NoGradGuard noGrad;
+  if (g.defined()) view.copy_(g.reshape({-1}));
+  // Sharing the storage without being an autograd view: Optimizer::zero_grad
+  // calls detach_(), which refuses views.
+  s.param.mutable_grad() =
+      torch::empty({0}).set_(b.grad.storage(), s.offset, s.param.sizes(), s.param.strides());
+}
+
 void DistAdam::launchReduce(size_t index) {
-  auto& s = *slots_[index];
-  auto grad = s.param.grad();
+  auto& b = *buckets_[index];
+  for (size_t i : b.layout.params) bindGrad(*slots_[i], b);
   if (mode_ == DistAdamMode::AllReduce) {
-    if (!grad.is_contiguous()) s.param.mutable_grad() = grad = grad.contiguous();
-    s.reduce = comm_.iallReduce(grad, ReduceOp::Average);
+    b.reduce = comm_.iallReduce(b.grad, ReduceOp::Average);
   } else {
-    s.gradPadded.narrow(0, 0, s.numel).copy_(grad.reshape({-1}));
-    s.reduce = comm_.ireduceScatter(s.gradPadded, s.gradShard, ReduceOp::Average);
+    b.reduce = comm_.ireduceScatter(b.grad, b.gradShard, ReduceOp::Average);
   }
-  s.reduceStarted = true;
   ++launched_;
   inFlight_.push_back(index);
 }
 
-// The AdamW update of torch::optim::AdamW (LibTorch 1.13), on this rank's elements.
-void DistAdam::updateShard(size_t index, Slot& s) {
+// The AdamW update (FusedAdamW.h) of this rank's elements of the bucket,
+// segment by segment: in place in each parameter, and into paramShard for the
+// all-gather. Each parameter keeps its own step count (per-parameter state
+// may have been loaded with different counts).
+void DistAdam::updateBucket(Bucket& b) {
   const auto& o = static_cast<const AdamWOptions&>(param_groups_.at(0).options());
-  const double lr = o.lr(), wd = o.weight_decay(), eps = o.eps();
-  const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
-  s.step += 1;
-  if (s.valid == 0) return;  // this rank's shard is all padding
-  torch::Tensor p, g;
-  if (mode_ == DistAdamMode::AllReduce) {
-    p = s.param.detach().view({-1});
-    g = s.param.grad().view({-1});
-  } else {
-    s.paramShard.narrow(0, 0, s.valid).copy_(s.param.detach().reshape({-1}).narrow(0, s.begin, s.valid));
-    p = s.paramShard.narrow(0, 0, s.valid);
-    g = s.gradShard.narrow(0, 0, s.valid);
+  AdamWStep hyper;
+  hyper.lr = o.lr();
+  hyper.weightDecay = o.weight_decay();
+  hyper.eps = o.eps();
+  hyper.beta1 = std::get<0>(o.betas());
+  hyper.beta2 = std::get<1>(o.betas());
+  for (size_t i : b.layout.params) slots_[i]->step += 1;
+  const bool sharded = mode_ != DistAdamMode::AllReduce;
+  for (const auto& seg : b.layout.owned) {
+    auto& s = *slots_[seg.param];
+    hyper.step = s.step;
+    const int64_t at = seg.shardBegin;
+    fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, sharded ? b.paramShard.data_ptr<float>() + at : nullptr,
+               b.gradShard.data_ptr<float>() + at, b.expAvg.data_ptr<float>() + at, b.expAvgSq.data_ptr<float>() + at,
+               seg.length, hyper);
   }
-  auto m = s.expAvg.narrow(0, 0, s.valid), v = s.expAvgSq.narrow(0, 0, s.valid);
-  if (wd != 0) p.mul_(1 - lr * wd);
-  const double bc1 = 1 - std::pow(beta1, static_cast<double>(s.step));
-  const double bc2 = 1 - std::pow(beta2, static_cast<double>(s.step));
-  m.mul_(beta1).add_(g, 1 - beta1);
-  v.mul_(beta2).addcmul_(g, g, 1 - beta2);
-  auto denom = (v.sqrt() / std::sqrt(bc2)).add_(eps);
-  p.addcdiv_(m, denom, -lr / bc1);
+}
+
+// After the all-gather: every parameter's elements other ranks updated (this
+// rank's are already in place).
+void DistAdam::copyGathered(Bucket& b) {
+  const int64_t lo = comm_.rank() * b.layout.shard, hi = lo + b.layout.shard;
+  float* gathered = b.gathered.data_ptr<float>();
+  for (size_t j = 0; j < b.layout.params.size(); ++j) {
+    auto& s = *slots_[b.layout.params[j]];
+    const int64_t begin = b.layout.offsets[j], end = begin + s.numel;
+    float* p = s.param.data_ptr<float>();
+    auto copy = [&](int64_t from, int64_t to) {  // flat bucket positions [from, to) of this parameter
+      if (from < to) std::memcpy(p + (from - begin), gathered + from, static_cast<size_t>(to - from) * sizeof(float));
+    };
+    copy(begin, std::min(end, lo));
+    copy(std::max(begin, hi), end);
+  }
 }
 
 torch::Tensor DistAdam::step(LossClosure closure) {
@@ -222,72 +278,82 @@ torch::Tensor DistAdam::step(LossClosure closure) {
                                                 << accumulationSteps_ << " gradient accumulations");
   }
   if (mode_ != DistAdamMode::Hooks) {
-    for (size_t i = 0; i < slots_.size(); ++i) launchReduce(i);
+    for (size_t k = 0; k < buckets_.size(); ++k) launchReduce(k);
   }
-  // Reverse order: the last parameters' gradients were ready (and reduced) first.
   const bool traced = trace_ && trace_->active();
-  auto wait = [&](auto& request, const char* what, size_t k) {
+  auto wait = [&](Work& request, const char* what, size_t k) {
     if (!traced) return request.wait();
     const auto mark = trace_->current();
     request.wait();
-    trace_->add(mark, std::string("wait ") + what + " p" + std::to_string(k), "collective", -1);
+    trace_->add(mark, std::string("wait ") + what + " b" + std::to_string(k), "collective", -1);
   };
-  const char* reduction = mode_ == DistAdamMode::AllReduce ? "all-reduce" : "reduce-scatter";
-  for (size_t k = slots_.size(); k-- > 0;) {
-    auto& s = *slots_[k];
-    wait(s.reduce, reduction, k);
-    updateShard(k, s);
-    if (mode_ != DistAdamMode::AllReduce) s.gather = comm_.iallGather(s.paramShard, s.gathered);
+  const bool sharded = mode_ != DistAdamMode::AllReduce;
+  const char* reduction = sharded ? "reduce-scatter" : "all-reduce";
+  // Buckets in the order their reductions started (the last parameters' first).
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    auto& b = *buckets_[k];
+    wait(b.reduce, reduction, k);
+    updateBucket(b);
+    if (sharded) b.gather = comm_.iallGather(b.paramShard, b.gathered);
   }
-  for (size_t k = slots_.size(); k-- > 0;) {
-    auto& s = *slots_[k];
-    if (mode_ != DistAdamMode::AllReduce) {
-      wait(s.gather, "all-gather", k);
-      s.param.detach().view({-1}).copy_(s.gathered.narrow(0, 0, s.numel));
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    auto& b = *buckets_[k];
+    if (sharded) {
+      wait(b.gather, "all-gather", k);
+      copyGathered(b);
     }
-    s.accumulated = 0;
-    s.reduceStarted = false;
+    // Written through raw pointers: tell autograd, as an in-place op would.
+    for (size_t i : b.layout.params) torch::autograd::impl::bump_version(slots_[i]->param);
+    b.ready = 0;
   }
+  for (auto& s : slots_) s->accumulated = 0;
   launched_ = 0;
   inFlight_.clear();
   return loss;
 }
 
 void DistAdam::zero_grad() {
-  for (auto& s : slots_) {
-    s->reduce.wait();  // an abandoned reduction still has to finish before its buffers are reused
-    s->accumulated = 0;
-    s->reduceStarted = false;
-    auto& g = s->param.mutable_grad();
-    if (g.defined()) {
-      g = g.detach();
-      g.zero_();
-    }
+  torch::NoGradGuard noGrad;
+  for (auto& b : buckets_) {
+    b->reduce.wait();  // an abandoned reduction still has to finish before its buffers are reused
+    b->ready = 0;
+    b->grad.zero_();
+    for (size_t i : b->layout.params) bindGrad(*slots_[i], *b);
   }
+  for (auto& s : slots_) s->accumulated = 0;
   launched_ = 0;
   inFlight_.clear();
 }
 
 int64_t DistAdam::stateBytes() const {
   int64_t total = 0;
-  for (auto& s : slots_) total += static_cast<int64_t>(s->expAvg.nbytes() + s->expAvgSq.nbytes());
+  for (auto& b : buckets_) total += static_cast<int64_t>(b->expAvg.nbytes() + b->expAvgSq.nbytes());
   return total;
+}
+
+namespace {
+constexpr int64_t kLayoutVersion = 2;  // 1: one shard per parameter; 2: flat buckets
 }
 
 void DistAdam::save(torch::serialize::OutputArchive& archive) const {
   archive.write("meta", torch::tensor({static_cast<int64_t>(comm_.size()), static_cast<int64_t>(comm_.rank()),
-                                       static_cast<int64_t>(slots_.size()), static_cast<int64_t>(mode_)}));
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    archive.write(std::to_string(i) + ".exp_avg", slots_[i]->expAvg);
-    archive.write(std::to_string(i) + ".exp_avg_sq", slots_[i]->expAvgSq);
-    archive.write(std::to_string(i) + ".step", torch::tensor({slots_[i]->step}));
+                                       static_cast<int64_t>(slots_.size()), static_cast<int64_t>(mode_),
+                                       kLayoutVersion}));
+  std::vector<int64_t> sizes;
+  for (auto& b : buckets_) sizes.push_back(b->layout.numel);
+  archive.write("buckets", torch::tensor(sizes));
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    archive.write("b" + std::to_string(k) + ".exp_avg", buckets_[k]->expAvg);
+    archive.write("b" + std::to_string(k) + ".exp_avg_sq", buckets_[k]->expAvgSq);
   }
+  for (size_t i = 0; i < slots_.size(); ++i) archive.write(std::to_string(i) + ".step", torch::tensor({slots_[i]->step}));
 }
 
 void DistAdam::load(torch::serialize::InputArchive& archive) {
-  torch::Tensor meta;
+  torch::Tensor meta, sizes;
   archive.read("meta", meta);
   const int64_t ranks = meta[0].item<int64_t>(), rank = meta[1].item<int64_t>(), count = meta[2].item<int64_t>();
+  const int64_t version = meta.numel() > 4 ? meta[4].item<int64_t>() : 1;
   SLUICE_CHECK(ranks == comm_.size() && rank == comm_.rank() && count == static_cast<int64_t>(slots_.size()) &&
                    meta[3].item<int64_t>() == static_cast<int64_t>(mode_),
                OptimError,
@@ -295,38 +361,52 @@ void DistAdam::load(torch::serialize::InputArchive& archive) {
                                                    << " parameters (mode " << meta[3].item<int64_t>()
                                                    << "); this is rank " << comm_.rank() << " of " << comm_.size()
                                                    << " with " << slots_.size() << " parameters");
+  SLUICE_CHECK(version == kLayoutVersion, OptimError,
+               "DistAdam state was saved with one shard per parameter (an older Sluice); this one shards flat "
+               "buckets: load it through the layout-free state instead (optim::setAdamState, as checkpoints do)");
+  archive.read("buckets", sizes);
+  std::vector<int64_t> mine;
+  for (auto& b : buckets_) mine.push_back(b->layout.numel);
+  SLUICE_CHECK(sizes.numel() == static_cast<int64_t>(mine.size()) &&
+                   std::equal(mine.begin(), mine.end(), sizes.data_ptr<int64_t>()),
+               OptimError,
+               "DistAdam state was saved with buckets of " << sizes << " elements; this DistAdam has "
+                                                           << torch::tensor(mine)
+                                                           << " (another bucket size): load it through the layout-free "
+                                                              "state (optim::setAdamState)");
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    torch::Tensor m, v;
+    archive.read("b" + std::to_string(k) + ".exp_avg", m);
+    archive.read("b" + std::to_string(k) + ".exp_avg_sq", v);
+    buckets_[k]->expAvg.copy_(m);
+    buckets_[k]->expAvgSq.copy_(v);
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
-    torch::Tensor m, v, st;
-    archive.read(std::to_string(i) + ".exp_avg", m);
-    archive.read(std::to_string(i) + ".exp_avg_sq", v);
+    torch::Tensor st;
     archive.read(std::to_string(i) + ".step", st);
-    SLUICE_CHECK(m.sizes() == slots_[i]->expAvg.sizes(), OptimError,
-                 "DistAdam state for parameter " << i << " has shape " << m.sizes() << ", expected "
-                                                 << slots_[i]->expAvg.sizes());
-    slots_[i]->expAvg.copy_(m);
-    slots_[i]->expAvgSq.copy_(v);
     slots_[i]->step = st.item<int64_t>();
   }
 }
 
 std::vector<DistAdam::FullState> DistAdam::fullState() {
-  std::vector<FullState> out;
-  const int n = comm_.size();
-  for (auto& s : slots_) {
-    FullState f;
-    f.step = s->step;
-    auto shape = s->param.sizes();
-    if (mode_ == DistAdamMode::AllReduce) {
-      f.expAvg = s->expAvg.clone().view(shape);
-      f.expAvgSq = s->expAvgSq.clone().view(shape);
-    } else {
-      auto m = torch::empty({s->shard * n}), v = torch::empty({s->shard * n});
-      comm_.allGather(s->expAvg, m);
-      comm_.allGather(s->expAvgSq, v);
-      f.expAvg = m.narrow(0, 0, s->numel).clone().view(shape);
-      f.expAvgSq = v.narrow(0, 0, s->numel).clone().view(shape);
+  std::vector<FullState> out(slots_.size());
+  const bool sharded = mode_ != DistAdamMode::AllReduce;
+  for (auto& b : buckets_) {
+    torch::Tensor m = b->expAvg, v = b->expAvgSq;
+    if (sharded) {
+      m = torch::empty({b->layout.shard * comm_.size()});
+      v = torch::empty({b->layout.shard * comm_.size()});
+      comm_.allGather(b->expAvg, m);
+      comm_.allGather(b->expAvgSq, v);
     }
-    out.push_back(std::move(f));
+    for (size_t j = 0; j < b->layout.params.size(); ++j) {
+      const size_t i = b->layout.params[j];
+      auto& s = *slots_[i];
+      const auto shape = s.param.sizes();
+      out[i].step = s.step;
+      out[i].expAvg = m.narrow(0, b->layout.offsets[j], s.numel).clone().view(shape);
+      out[i].expAvgSq = v.narrow(0, b->layout.offsets[j], s.numel).clone().view(shape);
+    }
   }
   return out;
 }
@@ -336,20 +416,20 @@ void DistAdam::setFullState(const std::vector<FullState>& state) {
                "DistAdam state has " << state.size() << " parameters, the optimizer " << slots_.size());
   torch::NoGradGuard noGrad;
   for (size_t i = 0; i < slots_.size(); ++i) {
-    auto& s = *slots_[i];
     const auto& f = state[i];
-    SLUICE_CHECK(f.expAvg.numel() == s.numel && f.expAvgSq.numel() == s.numel, OptimError,
+    SLUICE_CHECK(f.expAvg.numel() == slots_[i]->numel && f.expAvgSq.numel() == slots_[i]->numel, OptimError,
                  "DistAdam state for parameter " << i << " has " << f.expAvg.numel() << " elements, the parameter "
-                                                 << s.numel);
-    s.step = f.step;
-    if (mode_ == DistAdamMode::AllReduce) {
-      s.expAvg.copy_(f.expAvg.reshape({-1}));
-      s.expAvgSq.copy_(f.expAvgSq.reshape({-1}));
-    } else {
-      s.expAvg.zero_();
-      s.expAvgSq.zero_();
-      s.expAvg.narrow(0, 0, s.valid).copy_(f.expAvg.reshape({-1}).narrow(0, s.begin, s.valid));
-      s.expAvgSq.narrow(0, 0, s.valid).copy_(f.expAvgSq.reshape({-1}).narrow(0, s.begin, s.valid));
+                                                 << slots_[i]->numel);
+    slots_[i]->step = f.step;
+  }
+  for (auto& b : buckets_) {
+    b->expAvg.zero_();
+    b->expAvgSq.zero_();
+    for (const auto& seg : b->layout.owned) {
+      const auto& f = state[seg.param];
+      b->expAvg.narrow(0, seg.shardBegin, seg.length).copy_(f.expAvg.reshape({-1}).narrow(0, seg.paramBegin, seg.length));
+      b->expAvgSq.narrow(0, seg.shardBegin, seg.length)
+          .copy_(f.expAvgSq.reshape({-1}).narrow(0, seg.paramBegin, seg.length));
     }
   }
 }

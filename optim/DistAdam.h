@@ -2,9 +2,18 @@
 //
 // A drop-in for torch::optim::AdamW (same AdamWOptions, same update, lr set
 // through param_groups as usual). Each of the N ranks keeps fp32 exp_avg and
-// exp_avg_sq only for its shard of every parameter: ceil(numel / N) elements
-// (the flattened parameter is padded to N shards), so optimizer state per
-// rank is 8 * params / N bytes plus padding.
+// exp_avg_sq only for its shard of every bucket (below): ceil(numel / N)
+// elements (the flat bucket is padded to N shards), so optimizer state per
+// rank is 8 * params / N bytes plus under N elements of padding per bucket.
+//
+// Layout (optim/FlatLayout.h): parameters are grouped, last first, into
+// flat buckets of up to `bucketBytes` (25 MiB by default, DDP's cap). Each
+// parameter's .grad is a view into its bucket's flat gradient buffer, so
+// backward accumulates straight into it, and a bucket needs one
+// reduce-scatter, one AdamW update of the rank's range and one all-gather,
+// instead of one of each per parameter. A .grad that someone replaced (not
+// the view any more) is copied into the bucket and bound again: correct,
+// only slower.
 //
 // Modes
 // - AfterBackward (default): the reduce-scatters (below) all start inside
@@ -13,17 +22,17 @@
 //   time inside backward as after it, so the overlap has nothing to gain.
 // - Hooks: a post-accumulate-grad hook on each parameter (a
 //   FunctionPostHook on its grad accumulator, as DDP's C++ reducer does)
-//   starts a nonblocking reduce-scatter (average) of that gradient as soon as
-//   its last accumulation of the step is done (setAccumulationSteps(n):
-//   earlier accumulations do not reduce). Reductions overlap the rest of
-//   backward. step() walks the parameters in reverse, so the reductions that
-//   started first are waited on first, updates the shard, and starts an
-//   all-gather of it; all gathers are complete when step() returns. Each
-//   hook also tests the oldest unfinished reduction, which drives Open MPI's
-//   progress (it has no progress thread): otherwise nothing would move
-//   before step().
-// - AllReduce: plain data-parallel AdamW: gradients all-reduced (average) and
-//   every rank updates the full parameters with full (unsharded) state.
+//   counts its accumulations (setAccumulationSteps(n): earlier ones do not
+//   reduce); when every parameter of a bucket has had its last one, the
+//   bucket's nonblocking reduce-scatter (average) starts and overlaps the
+//   rest of backward. step() waits on the buckets in the order they started,
+//   updates each shard, and starts an all-gather of it; all gathers are
+//   complete when step() returns. Each hook also tests the oldest unfinished
+//   reduction, which drives Open MPI's progress (it has no progress thread):
+//   otherwise nothing would move before step().
+// - AllReduce: plain data-parallel AdamW: each bucket's gradients all-reduced
+//   (average) in place and every rank updates the full parameters with full
+//   (unsharded) state.
 //
 // Contract
 // - Every rank of the communicator constructs DistAdam with parameters of the
@@ -34,10 +43,12 @@
 // - Parameters hold the same values on all ranks (they start equal; every
 //   step writes the same gathered values).
 // - step() without a completed backward for every trainable parameter throws.
+// - From construction on, every parameter has a .grad (zeros until backward).
 // - Not thread-safe; hooks run on the thread that runs backward.
 //
 //   sluice::optim::DistAdam opt(model->parameters(), dataParallelComm,
 //                               torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+//   opt.zero_grad();
 //   loss.backward();   // (DistAdamMode::Hooks: reduce-scatters start here)
 //   opt.step();        // reduce-scatter, update shard, all-gather
 #pragma once
@@ -61,8 +72,11 @@ std::string toString(DistAdamMode mode);
 class DistAdam : public torch::optim::Optimizer {
  public:
   // expectedRanks > 0: the communicator must have exactly that many ranks.
+  // bucketBytes: the cap on a bucket's gradient bytes (float32).
+  static constexpr int64_t kDefaultBucketBytes = 25ll << 20;
   DistAdam(std::vector<torch::Tensor> params, Communicator comm, torch::optim::AdamWOptions options = {},
-           DistAdamMode mode = DistAdamMode::AfterBackward, int expectedRanks = 0);
+           DistAdamMode mode = DistAdamMode::AfterBackward, int expectedRanks = 0,
+           int64_t bucketBytes = kDefaultBucketBytes);
   ~DistAdam() override;
 
   torch::Tensor step(LossClosure closure = nullptr) override;
@@ -73,17 +87,20 @@ class DistAdam : public torch::optim::Optimizer {
   // Backward passes (micro-batches) per step; the reduce-scatter starts on the last.
   void setAccumulationSteps(int steps);
   DistAdamMode mode() const { return mode_; }
-  // Reduce-scatters started by hooks since the last step().
+  // Reductions (one per bucket) started by hooks since the last step().
   int launchedReductions() const { return launched_; }
-  // step()'s waits on each parameter's reduce-scatter (all-reduce) and
+  int bucketCount() const { return static_cast<int>(buckets_.size()); }
+  // step()'s waits on each bucket's reduce-scatter (all-reduce) and
   // all-gather as trace events on the "collective" stream while `trace` is
   // active (core/Trace.h); null: none.
   void setTrace(TraceRecorder* trace) { trace_ = trace; }
   // Bytes of optimizer state held by this rank (exp_avg + exp_avg_sq).
   int64_t stateBytes() const;
 
-  // Shard state for checkpoints: tensors named "<i>.exp_avg", "<i>.exp_avg_sq",
-  // "<i>.step", plus "meta" (ranks, rank, parameter count) checked on load.
+  // Shard state for checkpoints: per bucket "b<k>.exp_avg" and "b<k>.exp_avg_sq",
+  // per parameter "<i>.step", plus "meta" (ranks, rank, parameter count,
+  // mode, layout) and the buckets' element counts, checked on load: a file
+  // loads only into the same layout (fullState() is the layout-free form).
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -100,19 +117,23 @@ class DistAdam : public torch::optim::Optimizer {
 
  private:
   struct Slot;
+  struct Bucket;
   class Hook;
   void onGradAccumulated(size_t index);
-  void launchReduce(size_t index);
-  void updateShard(size_t index, Slot& slot);
+  void bindGrad(Slot& slot, Bucket& bucket);
+  void launchReduce(size_t bucket);
+  void updateBucket(Bucket& bucket);
+  void copyGathered(Bucket& bucket);
   void checkSameShapesEverywhere();
+  void progressReductions();
 
   Communicator comm_;
   DistAdamMode mode_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
   int accumulationSteps_ = 1;
   int launched_ = 0;
-  std::deque<size_t> inFlight_;  // slots whose reduction started and may not have finished, oldest first
-  void progressReductions();
+  std::deque<size_t> inFlight_;  // buckets whose reduction started and may not have finished, oldest first
   TraceRecorder* trace_ = nullptr;
 };
 

@@ -2,17 +2,21 @@
 // parameters after 10 steps equal torch::optim::AdamW run in one process on
 // the full averaged gradient, in every mode, with 2 accumulations per step.
 //
-// Tolerance: the update is the same element-wise arithmetic as AdamW; only
-// the gradient average differs, because MPI may sum the ranks' gradients in
+// Tolerance: the update is the same element-wise arithmetic as AdamW (on a
+// bucket's range at once instead of per parameter); only the gradient
+// average differs, because MPI may sum the ranks' gradients in
 // another order than the reference does (float addition is not associative
 // for 3+ ranks). That difference is ~1e-7 relative, below the 1e-6 checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "core/Communicator.h"
 #include "core/Error.h"
 #include "optim/DistAdam.h"
+#include "optim/FlatLayout.h"
 
 namespace sluice::optim {
 namespace {
@@ -64,12 +68,23 @@ void expectClose(const std::vector<torch::Tensor>& got, const std::vector<torch:
   }
 }
 
-class DistAdamModes : public ::testing::TestWithParam<DistAdamMode> {};
+// Each mode with the default buckets (every parameter in one) and with
+// buckets of at most 48 bytes (12 elements: the 35- and 27-element
+// parameters alone, the rest in pairs or alone), so reductions, updates and
+// gathers cross bucket and parameter boundaries.
+struct Case {
+  DistAdamMode mode;
+  int64_t bucketBytes;
+};
+
+class DistAdamModes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DistAdamModes, MatchesAdamWOnTheAveragedGradient) {
   auto comm = Communicator::world();
   auto ps = makeParams();
-  DistAdam opt(ps, comm, options(), GetParam(), comm.size());
+  const auto [mode, bucketBytes] = GetParam();
+  DistAdam opt(ps, comm, options(), mode, comm.size(), bucketBytes);
+  EXPECT_EQ(opt.bucketCount(), bucketBytes == DistAdam::kDefaultBucketBytes ? 1 : 4);
   opt.setAccumulationSteps(kAccumulation);
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
@@ -77,31 +92,123 @@ TEST_P(DistAdamModes, MatchesAdamWOnTheAveragedGradient) {
     // The first accumulation must not reduce; the last one starts every reduction (hooks mode).
     EXPECT_EQ(opt.launchedReductions(), 0);
     backwardOnce(ps, comm.rank(), step, 1);
-    EXPECT_EQ(opt.launchedReductions(), GetParam() == DistAdamMode::Hooks ? static_cast<int>(ps.size()) : 0);
+    EXPECT_EQ(opt.launchedReductions(), mode == DistAdamMode::Hooks ? opt.bucketCount() : 0);
     opt.step();
   }
-  expectClose(ps, referenceParams(comm.size()), toString(GetParam()) + " on " + std::to_string(comm.size()) + " ranks");
+  expectClose(ps, referenceParams(comm.size()),
+              toString(mode) + ", " + std::to_string(bucketBytes) + "-byte buckets, on " + std::to_string(comm.size()) +
+                  " ranks");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DistAdamModes,
-                         ::testing::Values(DistAdamMode::Hooks, DistAdamMode::AfterBackward, DistAdamMode::AllReduce),
-                         [](const auto& info) { return toString(info.param); });
+                         ::testing::Values(Case{DistAdamMode::Hooks, DistAdam::kDefaultBucketBytes},
+                                           Case{DistAdamMode::AfterBackward, DistAdam::kDefaultBucketBytes},
+                                           Case{DistAdamMode::AllReduce, DistAdam::kDefaultBucketBytes},
+                                           Case{DistAdamMode::Hooks, 48}, Case{DistAdamMode::AfterBackward, 48},
+                                           Case{DistAdamMode::AllReduce, 48}),
+                         [](const auto& info) {
+                           return toString(info.param.mode) +
+                                  (info.param.bucketBytes == DistAdam::kDefaultBucketBytes ? "" : "_small_buckets");
+                         });
+
+// Note [gradient views]: backward accumulates into the buckets (every .grad is
+// a view of one, zero_grad keeps it so), and a .grad replaced by other code
+// still reaches the reduction (copied in, then bound again).
+TEST(DistAdam, GradientsLiveInTheBucketsAndReplacedOnesStillCount) {
+  auto comm = Communicator::world();
+  auto ps = makeParams();
+  DistAdam opt(ps, comm, options(), DistAdamMode::AfterBackward, comm.size(), 48);
+  auto storages = [&] {
+    std::set<const void*> out;
+    for (auto& p : ps) out.insert(p.grad().storage().data());
+    return out;
+  };
+  const auto buckets = storages();
+  EXPECT_EQ(static_cast<int>(buckets.size()), opt.bucketCount());
+  opt.setAccumulationSteps(2);
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    static_cast<torch::optim::Optimizer&>(opt).zero_grad();  // Optimizer's own (detach + zero_) keeps them too
+    backwardOnce(ps, comm.rank(), step, 0);
+    backwardOnce(ps, comm.rank(), step, 1);
+    EXPECT_EQ(storages(), buckets) << "step " << step;
+    if (step % 3 == 1) {
+      // Replaced by a new tensor holding the gradient, the bucket's copy zeroed:
+      // the result must not change.
+      auto& p = ps[step % ps.size()];
+      auto inBucket = p.grad();
+      p.mutable_grad() = inBucket.clone();
+      inBucket.zero_();
+      EXPECT_NE(storages(), buckets);
+    }
+    opt.step();
+    EXPECT_EQ(storages(), buckets) << "step " << step << ": the replaced gradient is bound again";
+  }
+  expectClose(ps, referenceParams(comm.size()), "replaced gradients on " + std::to_string(comm.size()) + " ranks");
+}
 
 TEST(DistAdam, StateIsOneNthOfAdamWPlusPadding) {
   auto comm = Communicator::world();
   const int n = comm.size();
   auto ps = makeParams();
+  int64_t elements = 0;
+  for (auto& p : ps) elements += p.numel();
+  const int64_t full = 8 * elements;  // AdamW: exp_avg + exp_avg_sq in fp32
   DistAdam sharded(ps, comm, options(), DistAdamMode::Hooks);
-  int64_t full = 0, expected = 0;
-  for (auto& p : ps) {
-    full += 8 * p.numel();                      // AdamW: exp_avg + exp_avg_sq in fp32
-    expected += 8 * ((p.numel() + n - 1) / n);  // one shard each, padded
-  }
-  EXPECT_EQ(sharded.stateBytes(), expected);
-  EXPECT_LE(sharded.stateBytes(), full / n + 8 * static_cast<int64_t>(ps.size()));
+  EXPECT_EQ(sharded.stateBytes(), 8 * ((elements + n - 1) / n));  // one bucket, padded once
+  EXPECT_LE(sharded.stateBytes(), full / n + 8 * n);
+  auto small = makeParams();
+  DistAdam bucketed(small, comm, options(), DistAdamMode::AfterBackward, 0, 48);
+  // Buckets (last parameter first, at most 12 elements): {1, 2}, {27}, {13}, {35}.
+  int64_t expected = 0;
+  for (int64_t b : {3, 27, 13, 35}) expected += 8 * ((b + n - 1) / n);
+  EXPECT_EQ(bucketed.stateBytes(), expected);
   auto copies = makeParams();
   DistAdam replicated(copies, comm, options(), DistAdamMode::AllReduce);
   EXPECT_EQ(replicated.stateBytes(), full);
+}
+
+// The flat layout, checked against its definition for random sizes: every
+// parameter in exactly one bucket, last parameters first, no bucket over the
+// cap unless it holds one parameter, and the ranks' owned segments covering
+// every element of every parameter exactly once.
+TEST(DistAdamLayout, BucketsAndShardsCoverEveryElementOnce) {
+  auto gen = at::detail::createCPUGenerator(7);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int count = 1 + static_cast<int>(torch::randint(12, {1}, gen).item<int64_t>());
+    std::vector<int64_t> numels;
+    for (int i = 0; i < count; ++i) numels.push_back(torch::randint(40, {1}, gen).item<int64_t>());  // 0 too
+    const int64_t cap = 1 + torch::randint(60, {1}, gen).item<int64_t>();
+    for (int ranks = 1; ranks <= 4; ++ranks) {
+      std::vector<std::vector<int>> covered(count);
+      for (int i = 0; i < count; ++i) covered[i].assign(numels[i], 0);
+      std::vector<size_t> order;
+      for (int rank = 0; rank < ranks; ++rank) {
+        const auto buckets = layoutBuckets(numels, cap, ranks, rank);
+        for (const auto& b : buckets) {
+          int64_t sum = 0;
+          for (size_t j = 0; j < b.params.size(); ++j) {
+            EXPECT_EQ(b.offsets[j], sum);
+            sum += numels[b.params[j]];
+            if (rank == 0) order.push_back(b.params[j]);
+          }
+          EXPECT_EQ(b.numel, sum);
+          const auto nonEmpty = std::count_if(b.params.begin(), b.params.end(), [&](size_t i) { return numels[i] > 0; });
+          EXPECT_TRUE(b.numel <= cap || nonEmpty == 1) << "bucket of " << b.numel << " over cap " << cap;
+          EXPECT_EQ(b.shard, (b.numel + ranks - 1) / ranks);
+          for (const auto& seg : b.owned) {
+            EXPECT_GE(seg.shardBegin, 0);
+            EXPECT_LE(seg.shardBegin + seg.length, b.shard);
+            for (int64_t e = 0; e < seg.length; ++e) ++covered[seg.param][seg.paramBegin + e];
+          }
+        }
+      }
+      for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(order[k], static_cast<size_t>(count) - 1 - k);
+      for (int i = 0; i < count; ++i) {
+        for (int64_t e = 0; e < numels[i]; ++e) ASSERT_EQ(covered[i][e], 1) << "parameter " << i << " element " << e;
+      }
+    }
+  }
 }
 
 TEST(DistAdam, SaveAndLoadContinueIdentically) {
