@@ -90,6 +90,8 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"bad schedule", {"pipeline.schedule=zigzag"}, nullptr,
                   "pipeline.schedule must be gpipe, 1f1b, zb-h1, interleaved, interleaved-zb or auto"},
         Malformed{"fit_schedule not a bool", {"pipeline.fit_schedule=maybe"}, nullptr, "pipeline.fit_schedule"},
+        Malformed{"empty DistAdam buckets", {"optimizer.dist_adam.bucket_mb=0"}, nullptr,
+                  "optimizer.dist_adam.bucket_mb must be > 0"},
         Malformed{"negative op-level gain", {"pipeline.partition.min_op_level_gain=-0.1"}, nullptr,
                   "pipeline.partition.min_op_level_gain must be in [0, 1)"},
         Malformed{"op-level gain not a number", {"pipeline.partition.min_op_level_gain=lots"}, nullptr,
