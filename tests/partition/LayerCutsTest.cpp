@@ -19,6 +19,26 @@
 namespace sluice::partition {
 namespace {
 
+// The smallest cost(cuts) over every choice of `count` of `candidates`, in order (brute force).
+double smallestOverChoices(const std::vector<int>& candidates, int count,
+                           const std::function<double(const std::vector<int>&)>& cost) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> choice;
+  std::function<void(size_t)> pick = [&](size_t at) {
+    if (static_cast<int>(choice.size()) == count) {
+      best = std::min(best, cost(choice));
+      return;
+    }
+    for (size_t i = at; i < candidates.size(); ++i) {
+      choice.push_back(candidates[i]);
+      pick(i + 1);
+      choice.pop_back();
+    }
+  };
+  pick(0);
+  return best;
+}
+
 TEST(LayerCuts, SlowestStageIsTheSmallestOfAllLayerSplits) {
   torch::manual_seed(0);
   auto gpt = models::Gpt(test::tinyGpt(4));
@@ -65,20 +85,8 @@ TEST(LayerCuts, SlowestStageIsTheSmallestOfAllLayerSplits) {
       ASSERT_EQ(static_cast<int>(cuts.size()), stages - 1);
       for (int c : cuts) EXPECT_TRUE(starts.count(c)) << "cut " << c << " is not between layers";
       // Brute force over every choice of stages - 1 inner boundaries.
-      double best = std::numeric_limits<double>::infinity();
-      std::vector<int> inner(bounds.begin() + 1, bounds.end() - 1), choice;
-      std::function<void(size_t)> pick = [&](size_t at) {
-        if (static_cast<int>(choice.size()) == stages - 1) {
-          best = std::min(best, slowest(choice));
-          return;
-        }
-        for (size_t i = at; i < inner.size(); ++i) {
-          choice.push_back(inner[i]);
-          pick(i + 1);
-          choice.pop_back();
-        }
-      };
-      pick(0);
+      const std::vector<int> inner(bounds.begin() + 1, bounds.end() - 1);
+      const double best = smallestOverChoices(inner, stages - 1, slowest);
       EXPECT_DOUBLE_EQ(slowest(cuts), best) << "trial " << trial << ", " << stages << " stages";
     }
   }
@@ -131,20 +139,8 @@ TEST(LayerBoundariesFirst, OpLevelCutsOnlyWhenTheyGainTheThreshold) {
       const auto opLevel = makePlan(graph, profile, st);
       EXPECT_TRUE(opLevel.opLevelCuts.empty());
       // The best split on layer boundaries, by brute force over planForCuts.
-      double bestAligned = std::numeric_limits<double>::infinity();
-      std::vector<int> choice;
-      std::function<void(size_t)> pick = [&](size_t at) {
-        if (static_cast<int>(choice.size()) == stages - 1) {
-          bestAligned = std::min(bestAligned, planForCuts(graph, profile, st, choice).stepTime);
-          return;
-        }
-        for (size_t i = at; i < inner.size(); ++i) {
-          choice.push_back(inner[i]);
-          pick(i + 1);
-          choice.pop_back();
-        }
-      };
-      pick(0);
+      const double bestAligned = smallestOverChoices(
+          inner, stages - 1, [&](const std::vector<int>& cuts) { return planForCuts(graph, profile, st, cuts).stepTime; });
       const auto opCuts = opLevel.cuts();
       const bool opOnBoundaries =
           std::all_of(opCuts.begin(), opCuts.end(), [&](int c) { return starts.count(c) > 0; });
