@@ -46,7 +46,7 @@ struct DistAdam::Slot {
 
 struct DistAdam::Bucket {
   FlatBucket layout;
-  torch::Tensor grad;        // [shard x ranks], its parameters' .grad are views of it; the padding stays 0
+  torch::Tensor grad;        // [shard x ranks], its parameters' .grad share its storage; the padding stays 0
   torch::Tensor gradShard;   // [shard] this rank's averaged gradient (AllReduce: `grad` itself, reduced in place)
   torch::Tensor paramShard;  // [shard] this rank's updated parameter elements, to gather (AllReduce: none)
   torch::Tensor gathered;    // [shard x ranks] (AllReduce: none)
@@ -91,8 +91,7 @@ DistAdam::DistAdam(std::vector<torch::Tensor> params, Communicator comm, AdamWOp
     numels.push_back(p.numel());
   }
   // AllReduce keeps full state: a one-rank layout of the same buckets.
-  const bool sharded = mode_ != DistAdamMode::AllReduce;
-  const int n = sharded ? comm_.size() : 1, r = sharded ? comm_.rank() : 0;
+  const int n = sharded() ? comm_.size() : 1, r = sharded() ? comm_.rank() : 0;
   auto layout = layoutBuckets(numels, std::max<int64_t>(1, bucketBytes / 4), n, r);
   slots_.resize(params.size());
   torch::NoGradGuard noGrad;
@@ -101,8 +100,8 @@ DistAdam::DistAdam(std::vector<torch::Tensor> params, Communicator comm, AdamWOp
     b->layout = std::move(layout[k]);
     const int64_t shard = b->layout.shard;
     b->grad = torch::zeros({shard * n});
-    b->gradShard = sharded ? torch::empty({shard}) : b->grad;
-    if (sharded) {
+    b->gradShard = sharded() ? torch::empty({shard}) : b->grad;
+    if (sharded()) {
       b->paramShard = torch::zeros({shard});
       b->gathered = torch::empty({shard * n});
     }
@@ -188,12 +187,13 @@ void DistAdam::progressReductions() {
   }
 }
 
-// Note [gradient views]: a parameter's .grad is a view of its bucket's flat
-// buffer, and AccumulateGrad adds into a defined .grad in place (grad mode is
-// off in backward), so gradients land in the bucket without a copy; zero_grad
-// (DistAdam's or Optimizer's: detach + zero_) keeps the storage. Code that
-// assigns a new tensor to .grad breaks the binding: its values are copied in
-// here and the view is put back.
+// Note [gradient views]: a parameter's .grad shares the storage of its
+// bucket's flat buffer (not an autograd view, see below), and AccumulateGrad
+// adds into a defined .grad in place (grad mode is off in backward), so
+// gradients land in the bucket without a copy; zero_grad (DistAdam's or
+// Optimizer's: detach + zero_) keeps the storage. Code that assigns a new
+// tensor to .grad breaks the binding: its values are copied in here and the
+// binding is put back.
 void DistAdam::bindGrad(Slot& s, Bucket& b) {
   auto view = b.grad.narrow(0, s.offset, s.numel);
   const auto& g = s.param.grad();
@@ -233,12 +233,11 @@ void DistAdam::updateBucket(Bucket& b) {
   hyper.beta1 = std::get<0>(o.betas());
   hyper.beta2 = std::get<1>(o.betas());
   for (size_t i : b.layout.params) slots_[i]->step += 1;
-  const bool sharded = mode_ != DistAdamMode::AllReduce;
   for (const auto& seg : b.layout.owned) {
     auto& s = *slots_[seg.param];
     hyper.step = s.step;
     const int64_t at = seg.shardBegin;
-    fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, sharded ? b.paramShard.data_ptr<float>() + at : nullptr,
+    fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, sharded() ? b.paramShard.data_ptr<float>() + at : nullptr,
                b.gradShard.data_ptr<float>() + at, b.expAvg.data_ptr<float>() + at, b.expAvgSq.data_ptr<float>() + at,
                seg.length, hyper);
   }
@@ -287,18 +286,17 @@ torch::Tensor DistAdam::step(LossClosure closure) {
     request.wait();
     trace_->add(mark, std::string("wait ") + what + " b" + std::to_string(k), "collective", -1);
   };
-  const bool sharded = mode_ != DistAdamMode::AllReduce;
-  const char* reduction = sharded ? "reduce-scatter" : "all-reduce";
+  const char* reduction = sharded() ? "reduce-scatter" : "all-reduce";
   // Buckets in the order their reductions started (the last parameters' first).
   for (size_t k = 0; k < buckets_.size(); ++k) {
     auto& b = *buckets_[k];
     wait(b.reduce, reduction, k);
     updateBucket(b);
-    if (sharded) b.gather = comm_.iallGather(b.paramShard, b.gathered);
+    if (sharded()) b.gather = comm_.iallGather(b.paramShard, b.gathered);
   }
   for (size_t k = 0; k < buckets_.size(); ++k) {
     auto& b = *buckets_[k];
-    if (sharded) {
+    if (sharded()) {
       wait(b.gather, "all-gather", k);
       copyGathered(b);
     }
@@ -390,10 +388,9 @@ void DistAdam::load(torch::serialize::InputArchive& archive) {
 
 std::vector<DistAdam::FullState> DistAdam::fullState() {
   std::vector<FullState> out(slots_.size());
-  const bool sharded = mode_ != DistAdamMode::AllReduce;
   for (auto& b : buckets_) {
     torch::Tensor m = b->expAvg, v = b->expAvgSq;
-    if (sharded) {
+    if (sharded()) {
       m = torch::empty({b->layout.shard * comm_.size()});
       v = torch::empty({b->layout.shard * comm_.size()});
       comm_.allGather(b->expAvg, m);

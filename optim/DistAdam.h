@@ -8,11 +8,11 @@
 //
 // Layout (optim/FlatLayout.h): parameters are grouped, last first, into
 // flat buckets of up to `bucketBytes` (25 MiB by default, DDP's cap). Each
-// parameter's .grad is a view into its bucket's flat gradient buffer, so
-// backward accumulates straight into it, and a bucket needs one
+// parameter's .grad shares the storage of its bucket's flat gradient
+// buffer, so backward accumulates straight into it, and a bucket needs one
 // reduce-scatter, one AdamW update of the rank's range and one all-gather,
-// instead of one of each per parameter. A .grad that someone replaced (not
-// the view any more) is copied into the bucket and bound again: correct,
+// instead of one of each per parameter. A .grad that someone replaced (no
+// longer in the bucket) is copied into the bucket and bound again: correct,
 // only slower.
 //
 // Modes
@@ -126,6 +126,7 @@ class DistAdam : public torch::optim::Optimizer {
   void copyGathered(Bucket& bucket);
   void checkSameShapesEverywhere();
   void progressReductions();
+  bool sharded() const { return mode_ != DistAdamMode::AllReduce; }  // AllReduce: full state, one-rank layout
 
   Communicator comm_;
   DistAdamMode mode_;

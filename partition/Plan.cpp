@@ -638,8 +638,13 @@ double predictedStep(const PlanSettings& st, const Profile& profile, const Parti
 // block, and is the split users and the `layers` peer expect. Where op-level
 // cuts pay (a model with fewer heavy layers than stages can share evenly,
 // bench/partition's one_block: 1.29x) the gain is far above the threshold.
-std::optional<Partition> layerAligned(const OpGraph& graph, const Profile& profile, const PlanSettings& st,
-                                      const Problem& p, const Partition& opLevel) {
+struct LayerAligned {
+  Partition partition;
+  double opLevelStep = 0;  // the passed-over op-level optimum's predicted step
+};
+
+std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& profile, const PlanSettings& st,
+                                         const Problem& p, const Partition& opLevel) {
   if (st.minOpLevelGain <= 0 || opLevel.cuts.empty()) return std::nullopt;
   const auto bounds = layerBoundaries(graph);
   std::vector<char> onBoundary(p.numNodes() + 1, 0);
@@ -652,7 +657,7 @@ std::optional<Partition> layerAligned(const OpGraph& graph, const Profile& profi
   try {
     auto aligned = refineForSchedule(graph, profile, st, layered, partitionFor(graph, profile, st, layered, nullptr));
     const double op = predictedStep(st, profile, opLevel, p), layer = predictedStep(st, profile, aligned, p);
-    if (op >= layer * (1 - st.minOpLevelGain)) return aligned;
+    if (op >= layer * (1 - st.minOpLevelGain)) return LayerAligned{std::move(aligned), op};
   } catch (const PlanError&) {  // too few layers, or no split on them fits the budget
   } catch (const GraphError&) {
   }
@@ -674,9 +679,9 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   auto opLevel = refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
   auto aligned = layerAligned(graph, profile, st, problem, opLevel);
   if (!aligned) return toPlan(graph, profile, st, problem, opLevel);
-  auto plan = toPlan(graph, profile, st, problem, *aligned);
+  auto plan = toPlan(graph, profile, st, problem, aligned->partition);
   plan.opLevelCuts = opLevel.cuts;
-  plan.opLevelStepTime = predictedStep(st, profile, opLevel, problem);
+  plan.opLevelStepTime = aligned->opLevelStep;
   plan.minOpLevelGain = st.minOpLevelGain;
   return plan;
 }
