@@ -27,7 +27,11 @@ using torch::jit::IValue;
 // the sink is a global, set only while timeInContext runs a backward.
 struct BackwardSink {
   std::mutex mutex;
-  std::vector<std::pair<int64_t, double>> applied;  // (sequence number, seconds)
+  struct Applied {
+    int64_t sequenceNr;
+    Clock::time_point start, end;
+  };
+  std::vector<Applied> applied;
 };
 BackwardSink* gSink = nullptr;
 std::mutex gSinkOwner;  // one timeInContext at a time owns the callback
@@ -40,27 +44,29 @@ std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction&) { return
 
 void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!gSink || !ctx) return;
-  const double s = seconds(static_cast<StartTime*>(ctx)->t0, Clock::now());
+  const auto t1 = Clock::now();
   std::lock_guard<std::mutex> lock(gSink->mutex);
-  gSink->applied.emplace_back(fn.seqNr(), s);
+  gSink->applied.push_back({fn.seqNr(), static_cast<StartTime*>(ctx)->t0, t1});
 }
 
 class ForwardTimer : public NodeObserver {
  public:
-  explicit ForwardTimer(size_t positions) : seconds_(positions, 0), firstSeq_(positions, 0), endSeq_(positions, 0) {}
+  explicit ForwardTimer(size_t positions) : start_(positions), end_(positions), firstSeq_(positions, 0), endSeq_(positions, 0) {}
   void beforeNode(int pos, const std::vector<IValue>&) override {
     firstSeq_[pos] = at::sequence_number::peek();
-    t0_ = Clock::now();
+    start_[pos] = Clock::now();
   }
   void afterNode(int pos, const std::vector<IValue>&, const std::vector<IValue>&) override {
-    seconds_[pos] = seconds(t0_, Clock::now());
+    end_[pos] = Clock::now();
     endSeq_[pos] = at::sequence_number::peek();
   }
-  std::vector<double> seconds_;
+  std::vector<Interval> intervals() const {
+    std::vector<Interval> out;
+    for (size_t i = 0; i < start_.size(); ++i) out.push_back({start_[i], end_[i]});
+    return out;
+  }
+  std::vector<Clock::time_point> start_, end_;
   std::vector<uint64_t> firstSeq_, endSeq_;  // node pos created autograd functions [first, end)
-
- private:
-  Clock::time_point t0_;
 };
 
 void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
@@ -85,6 +91,20 @@ void spread(double extra, const std::vector<double>& weights, std::vector<double
 }
 
 }  // namespace
+
+std::vector<double> secondsUntilNextStart(const std::vector<Interval>& intervals) {
+  std::vector<size_t> order(intervals.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return intervals[a].start < intervals[b].start; });
+  std::vector<double> out(intervals.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto& self = intervals[order[k]];
+    const auto until = k + 1 < order.size() ? std::max(self.end, intervals[order[k + 1]].start) : self.end;
+    out[order[k]] = seconds(self.start, until);
+  }
+  return out;
+}
 
 ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
                            const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
@@ -173,11 +193,12 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
     std::vector<uint64_t> ends(n + 1, 0);
     double fSum = 0;
+    const auto nodeSeconds = secondsUntilNextStart(timer.intervals());  // in run order
     for (size_t pos = 0; pos < positions; ++pos) {
       const int node = whole.nodeIndex[pos];
       if (node < 0) continue;
-      f[node] += timer.seconds_[pos];
-      fSum += timer.seconds_[pos];
+      f[node] += nodeSeconds[pos];
+      fSum += nodeSeconds[pos];
       if (timer.endSeq_[pos] > timer.firstSeq_[pos]) {
         starts.emplace_back(timer.firstSeq_[pos], node);
         ends[node] = timer.endSeq_[pos];
@@ -189,13 +210,18 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
       ends[n] = std::numeric_limits<uint64_t>::max();
     }
     std::sort(starts.begin(), starts.end());
+    std::vector<Interval> applied;
+    for (auto& a : sink.applied) applied.push_back({a.start, a.end});
+    const auto appliedSeconds = secondsUntilNextStart(applied);  // Note [time until the next start]
     double accumulate = 0;
-    for (auto& [seq, s] : sink.applied) {
-      if (seq < 0) {
+    for (size_t k = 0; k < sink.applied.size(); ++k) {
+      const auto& a = sink.applied[k];
+      const double s = appliedSeconds[k];
+      if (a.sequenceNr < 0) {
         accumulate += s;
         continue;
       }
-      const auto useq = static_cast<uint64_t>(seq);
+      const auto useq = static_cast<uint64_t>(a.sequenceNr);
       auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n + 1));
       if (it == starts.begin()) continue;
       --it;

@@ -14,9 +14,20 @@
 //   autograd function the engine applies, and its sequence number names the
 //   forward node that created it (the observer records which sequence
 //   numbers each node's forward took);
+// - Note [time until the next start]: a node's (or autograd function's) time
+//   runs from its start to the next one's start, not to its own return. The
+//   work between the two is the finished one's: the interpreter freeing the
+//   values it read last; the engine releasing what the function saved and
+//   adding its outputs into the next functions' input buffers. That work
+//   scales with the node's tensors, not with its compute: spread by compute
+//   time (as before), the ~5-8% of a backward it takes went mostly to the LM
+//   head and loss, and a light first stage of many small ops measured 10-12%
+//   slower than predicted (bench/partition.sh, large_vocab uniform and
+//   parameters); attributed this way, -6%;
 // - what no node owns is spread over the nodes: AccumulateGrad (sequence
-//   number -1) by parameter bytes, the rest of the backward's wall time and
-//   of the forward's by each node's own time.
+//   number -1, with the engine's work after it) by parameter bytes, the rest
+//   of the backward's wall time and of the forward's (the first start, the
+//   last return) by each node's own time.
 // So the per-node times sum to the whole graph's measured forward and
 // backward. Times are medians over `iterations` after `warmup` runs.
 // Gradients accumulate into the leaves' .grad across runs (as every
@@ -29,6 +40,7 @@
 #include <vector>
 
 #include "core/OpGraph.h"
+#include "partition/Timing.h"
 
 namespace sluice::partition {
 
@@ -37,6 +49,16 @@ struct ContextTimes {
   double lossForwardSeconds = 0, lossBackwardSeconds = 0;  // with a loss
   double forwardWall = 0, backwardWall = 0;  // medians of the whole passes (with the loss's)
 };
+
+// One timed piece of work: a node's forward or an autograd function's apply.
+struct Interval {
+  Clock::time_point start, end;
+};
+
+// Per interval (in the given order), seconds from its start to the next
+// interval's start in start order, or to its own end when that is later (the
+// last: to its own end). Note [time until the next start].
+std::vector<double> secondsUntilNextStart(const std::vector<Interval>& intervals);
 
 using LossFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 

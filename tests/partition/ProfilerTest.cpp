@@ -276,5 +276,31 @@ TEST(Profiler, InContextTimesAddUpAndFindEveryBackward) {
   for (auto& p : f.gpt->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
+
+// Note [time until the next start], on made-up clock points (no timing): each
+// piece of work owns the gap after it up to the next start, in start order
+// whatever order the intervals come in; a gap never shortens an interval that
+// outlasts the next start; the last owns only itself; nothing is lost between
+// the first start and the last end.
+TEST(Profiler, EachIntervalOwnsTheGapUntilTheNextStart) {
+  using std::chrono::milliseconds;
+  const Clock::time_point t0{};
+  auto at = [&](int ms) { return t0 + milliseconds(ms); };
+  // Applied out of start order, as a sorted-by-end record could be.
+  std::vector<Interval> v = {{at(10), at(12)}, {at(0), at(3)}, {at(5), at(9)}, {at(20), at(21)}};
+  auto s = secondsUntilNextStart(v);
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_NEAR(s[1], 0.005, 1e-12);  // [0, 3) plus the gap to 5
+  EXPECT_NEAR(s[2], 0.005, 1e-12);  // [5, 9) plus the gap to 10
+  EXPECT_NEAR(s[0], 0.010, 1e-12);  // [10, 12) plus the gap to 20
+  EXPECT_NEAR(s[3], 0.001, 1e-12);  // the last: itself
+  EXPECT_NEAR(s[0] + s[1] + s[2] + s[3], 0.021, 1e-12);
+  // An interval still running at the next start keeps its own end.
+  auto overlap = secondsUntilNextStart({{at(0), at(8)}, {at(4), at(6)}});
+  EXPECT_NEAR(overlap[0], 0.008, 1e-12);
+  EXPECT_NEAR(overlap[1], 0.002, 1e-12);
+  EXPECT_TRUE(secondsUntilNextStart({}).empty());
+}
+
 }  // namespace
 }  // namespace sluice::partition
