@@ -77,7 +77,8 @@ partition::PlanSettings planSettings(const Config& c) {
   s.fitSchedule = c.pipeline.fitSchedule;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
   s.dataParallel = c.pipeline.dataParallel;
-  s.distAdam = c.optimizer.name == "dist_adam";
+  s.distAdam = c.optimizer.name == "dist_adam" && c.optimizer.distAdamMode != "allreduce";
+  s.distAdamBucketBytes = static_cast<int64_t>(c.optimizer.distAdamBucketMb * 1048576.0);
   s.policy = c.memory.policy;
   s.swap = c.memory.swap;
   // memory.swap_window_mb, or (0) an eighth of the budget, whatever the budget becomes.

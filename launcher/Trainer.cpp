@@ -568,8 +568,11 @@ void Trainer::train() {
   if (tracedSteps_.empty()) {
     for (int64_t s = warmSteps_; s < std::min<int64_t>(warmSteps_ + 2, c_.training.steps); ++s) tracedSteps_.push_back(s);
   }
-  // What lives outside the model now (data, buffers of the runtime): reported apart.
+  // What lives outside the model now (data, buffers of the runtime): reported
+  // apart. DistAdam's gradient buckets and moments, made at its construction,
+  // are the model's (the plan's static bytes), as AdamW's are when they appear.
   otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(paramNames_));
+  if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) otherBytes_ -= dist->residentBytes();
   if (c_.memory.hardLimit) {
     const auto budget = static_cast<int64_t>(c_.memory.budgetMb * 1024.0 * 1024.0);
     memory::setAllocationLimit(budget + otherBytes_, "stage " + std::to_string(stageIndex_));

@@ -44,13 +44,19 @@ struct DistAdam::Slot {
   uintptr_t hookKey = 0;
 };
 
+// Note [step buffers]: only `grad` and the moments live between steps; the
+// shards and the gather buffer exist from a bucket's reduction to the end of
+// its update (step() keeps at most two buckets' gathers in flight), so they
+// take memory while activations are gone, and the plan's static bytes
+// (weights, gradients, moments / D) are what stays.
 struct DistAdam::Bucket {
   FlatBucket layout;
   torch::Tensor grad;        // [shard x ranks], its parameters' .grad share its storage; the padding stays 0
-  torch::Tensor gradShard;   // [shard] this rank's averaged gradient (AllReduce: `grad` itself, reduced in place)
-  torch::Tensor paramShard;  // [shard] this rank's updated parameter elements, to gather (AllReduce: none)
-  torch::Tensor gathered;    // [shard x ranks] (AllReduce: none)
   torch::Tensor expAvg, expAvgSq;  // [shard]
+  // Step buffers, defined only during the step:
+  torch::Tensor gradShard;   // [shard] this rank's averaged gradient (AllReduce or one rank: `grad` itself)
+  torch::Tensor paramShard;  // [shard] this rank's updated parameter elements, to gather (gathers() only)
+  torch::Tensor gathered;    // [shard x ranks] (gathers() only)
   int ready = 0;             // parameters whose last accumulation of the step is done
   Work reduce, gather;
 };
@@ -100,11 +106,6 @@ DistAdam::DistAdam(std::vector<torch::Tensor> params, Communicator comm, AdamWOp
     b->layout = std::move(layout[k]);
     const int64_t shard = b->layout.shard;
     b->grad = torch::zeros({shard * n});
-    b->gradShard = sharded() ? torch::empty({shard}) : b->grad;
-    if (sharded()) {
-      b->paramShard = torch::zeros({shard});
-      b->gathered = torch::empty({shard * n});
-    }
     b->expAvg = torch::zeros({shard});
     b->expAvgSq = torch::zeros({shard});
     for (size_t j = 0; j < b->layout.params.size(); ++j) {
@@ -211,9 +212,12 @@ void DistAdam::bindGrad(Slot& s, Bucket& b) {
 void DistAdam::launchReduce(size_t index) {
   auto& b = *buckets_[index];
   for (size_t i : b.layout.params) bindGrad(*slots_[i], b);
-  if (mode_ == DistAdamMode::AllReduce) {
-    b.reduce = comm_.iallReduce(b.grad, ReduceOp::Average);
+  if (!gathers()) {
+    // One rank: its gradient is the average (and the full bucket is its shard).
+    b.gradShard = b.grad;
+    if (comm_.size() > 1) b.reduce = comm_.iallReduce(b.grad, ReduceOp::Average);
   } else {
+    b.gradShard = torch::empty({b.layout.shard});
     b.reduce = comm_.ireduceScatter(b.grad, b.gradShard, ReduceOp::Average);
   }
   ++launched_;
@@ -237,7 +241,7 @@ void DistAdam::updateBucket(Bucket& b) {
     auto& s = *slots_[seg.param];
     hyper.step = s.step;
     const int64_t at = seg.shardBegin;
-    fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, sharded() ? b.paramShard.data_ptr<float>() + at : nullptr,
+    fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, gathers() ? b.paramShard.data_ptr<float>() + at : nullptr,
                b.gradShard.data_ptr<float>() + at, b.expAvg.data_ptr<float>() + at, b.expAvgSq.data_ptr<float>() + at,
                seg.length, hyper);
   }
@@ -286,24 +290,35 @@ torch::Tensor DistAdam::step(LossClosure closure) {
     request.wait();
     trace_->add(mark, std::string("wait ") + what + " b" + std::to_string(k), "collective", -1);
   };
-  const char* reduction = sharded() ? "reduce-scatter" : "all-reduce";
-  // Buckets in the order their reductions started (the last parameters' first).
-  for (size_t k = 0; k < buckets_.size(); ++k) {
+  const char* reduction = gathers() ? "reduce-scatter" : "all-reduce";
+  auto finish = [&](size_t k) {
     auto& b = *buckets_[k];
-    wait(b.reduce, reduction, k);
-    updateBucket(b);
-    if (sharded()) b.gather = comm_.iallGather(b.paramShard, b.gathered);
-  }
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    auto& b = *buckets_[k];
-    if (sharded()) {
+    if (gathers()) {
       wait(b.gather, "all-gather", k);
       copyGathered(b);
+      b.paramShard = torch::Tensor();
+      b.gathered = torch::Tensor();
     }
     // Written through raw pointers: tell autograd, as an in-place op would.
     for (size_t i : b.layout.params) torch::autograd::impl::bump_version(slots_[i]->param);
     b.ready = 0;
+  };
+  // Buckets in the order their reductions started (the last parameters'
+  // first); bucket k's gather runs while k + 1 is updated, then ends (Note
+  // [step buffers]).
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    auto& b = *buckets_[k];
+    wait(b.reduce, reduction, k);
+    if (gathers()) {
+      b.paramShard = torch::empty({b.layout.shard});
+      b.gathered = torch::empty({b.layout.shard * comm_.size()});
+    }
+    updateBucket(b);
+    b.gradShard = torch::Tensor();
+    if (gathers()) b.gather = comm_.iallGather(b.paramShard, b.gathered);
+    if (k > 0) finish(k - 1);
   }
+  if (!buckets_.empty()) finish(buckets_.size() - 1);
   for (auto& s : slots_) s->accumulated = 0;
   launched_ = 0;
   inFlight_.clear();
@@ -314,6 +329,7 @@ void DistAdam::zero_grad() {
   torch::NoGradGuard noGrad;
   for (auto& b : buckets_) {
     b->reduce.wait();  // an abandoned reduction still has to finish before its buffers are reused
+    b->gradShard = torch::Tensor();
     b->ready = 0;
     b->grad.zero_();
     for (size_t i : b->layout.params) bindGrad(*slots_[i], *b);
@@ -326,6 +342,12 @@ void DistAdam::zero_grad() {
 int64_t DistAdam::stateBytes() const {
   int64_t total = 0;
   for (auto& b : buckets_) total += static_cast<int64_t>(b->expAvg.nbytes() + b->expAvgSq.nbytes());
+  return total;
+}
+
+int64_t DistAdam::residentBytes() const {
+  int64_t total = stateBytes();
+  for (auto& b : buckets_) total += static_cast<int64_t>(b->grad.nbytes());
   return total;
 }
 

@@ -96,6 +96,12 @@ class DistAdam : public torch::optim::Optimizer {
   void setTrace(TraceRecorder* trace) { trace_ = trace; }
   // Bytes of optimizer state held by this rank (exp_avg + exp_avg_sq).
   int64_t stateBytes() const;
+  // Bytes DistAdam holds between steps: the state and the flat gradient
+  // buckets (every parameter's .grad). During step() it also holds, per
+  // bucket from its reduction to its gather's end, this rank's gradient and
+  // parameter shards and the gather buffer (at most two buckets' gathers at
+  // once); with one rank or in AllReduce mode, none of these.
+  int64_t residentBytes() const;
 
   // Shard state for checkpoints: per bucket "b<k>.exp_avg" and "b<k>.exp_avg_sq",
   // per parameter "<i>.step", plus "meta" (ranks, rank, parameter count,
@@ -127,6 +133,7 @@ class DistAdam : public torch::optim::Optimizer {
   void checkSameShapesEverywhere();
   void progressReductions();
   bool sharded() const { return mode_ != DistAdamMode::AllReduce; }  // AllReduce: full state, one-rank layout
+  bool gathers() const { return sharded() && comm_.size() > 1; }      // shards to reduce-scatter and gather
 
   Communicator comm_;
   DistAdamMode mode_;

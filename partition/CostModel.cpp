@@ -65,6 +65,15 @@ int64_t Problem::weightGradBytes(int stage, int first, int end) const {
   return weightPendingPerStage.at(stage) * (weightGradPrefix.at(end) - weightGradPrefix.at(first));
 }
 
+int64_t Problem::stepBytes(int64_t paramBytes, int64_t largestParamBytes) const {
+  if (stepRanks <= 1) return 0;
+  const double d = stepRanks;
+  // A parameter over the cap gets a bucket of its own (optim/FlatLayout.h).
+  const int64_t bucket = std::max({stepBucketBytes, largestParamBytes, int64_t{4}});
+  const int64_t gathered = std::min(paramBytes, 2 * bucket);
+  return static_cast<int64_t>(static_cast<double>(paramBytes) / d + static_cast<double>(gathered) * (1 + 1 / d));
+}
+
 int64_t memoryUnit(const Problem& p) { return std::max<int64_t>(1, p.budgetBytes / 1024); }
 
 double commSeconds(const Problem& p, int cut) {
@@ -206,10 +215,12 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.first = first;
   s.end = end;
   s.inFlight = inFlight(p, stage);
+  int64_t largestParams = 0;  // a node's parameter bytes: at least its largest parameter's
   for (int j = first; j < end; ++j) {
     s.forward += p.nodes[j].forward;
     s.backward += p.nodes[j].backward;
     s.paramBytes += p.nodes[j].params;
+    largestParams = std::max(largestParams, p.nodes[j].params);
   }
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (storageInStage(p, x, first, end)) s.savedBytes += p.storages[x].bytes;
@@ -252,9 +263,11 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.windowBytes = s.swappedBytes > 0 ? p.window() : 0;
   s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
   const int64_t pendingW = p.weightGradBytes(stage, first, end);
-  s.peakBytes = s.staticBytes + s.inFlight * s.heldBytes + pendingW + s.transientBytes + s.windowBytes;
-  s.boundBytes = s.staticBytes + s.inFlight * s.heldBytes + pendingW +
-                 transientBound(p, first, end, s.recomputedBytes > 0) + s.windowBytes;
+  const int64_t afterBackward = s.staticBytes + p.stepBytes(s.paramBytes, largestParams);
+  s.peakBytes = std::max(afterBackward,
+                         s.staticBytes + s.inFlight * s.heldBytes + pendingW + s.transientBytes + s.windowBytes);
+  s.boundBytes = std::max(afterBackward, s.staticBytes + s.inFlight * s.heldBytes + pendingW +
+                                             transientBound(p, first, end, s.recomputedBytes > 0) + s.windowBytes);
   s.comm = commSeconds(p, first) + commSeconds(p, end);
   if (last) s.loss = p.lossSeconds;
   s.time = s.forward + s.backward + s.swapCpu + s.swapStall + s.recompute + s.comm + s.loss;

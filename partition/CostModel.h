@@ -31,6 +31,7 @@
 // Memory (predicted peak) M_k = static + inFlight_k * held + transient + (swap used ? W : 0):
 //   static  = paramBytes * staticPerParamByte (weights, gradients, Adam state:
 //             4 for AdamW, 2 + 2/dp for DistAdam over dp);
+//   and never below static + stepBytes (DistAdam's step buffers, Problem);
 //   held    = boundary inputs (X_first; the data input on stage 0) + kept
 //             freeable storages + the loss's saved tensors on the last stage;
 //   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
@@ -130,6 +131,17 @@ struct Problem {
   int64_t weightGradBytes(int stage, int first, int end) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above
+  // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
+  // (Note [step buffers], optim/DistAdam.cpp) holds, after backward, the
+  // gradient shards (paramBytes / ranks) and, for up to two buckets (of at
+  // most stepBucketBytes, or one parameter over it: largestParamBytes), a
+  // parameter shard and a gather buffer. Activations are gone by then: a
+  // stage's peak is the larger of its training peak and static + stepBytes.
+  // 0 ranks: none (AdamW, DistAdam's allreduce, one rank). Padding (under
+  // `ranks` elements per bucket) is left out.
+  int stepRanks = 0;
+  int64_t stepBucketBytes = 0;
+  int64_t stepBytes(int64_t paramBytes, int64_t largestParamBytes) const;
   bool prune = true;               // partitioner search pruning (large graphs); the result is the same without
 
   int numNodes() const { return static_cast<int>(nodes.size()); }

@@ -357,6 +357,10 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.budgetBytes = st.budgetBytes / st.chunks;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
+  if (st.distAdam && st.dataParallel > 1) {
+    p.stepRanks = st.dataParallel;
+    p.stepBucketBytes = st.distAdamBucketBytes;
+  }
   if (st.policy != "plan" || ownFlights) {
     // Nothing is left for the partitioner to free: `none` keeps everything and
     // full_recompute's choices are fixed (fullRecomputeChoices); schedules

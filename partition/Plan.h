@@ -50,7 +50,8 @@ struct PlanSettings {
                                    // each held to budgetBytes / chunks so that a rank's pieces fit budgetBytes
   int64_t budgetBytes = 0;         // per stage; 0: none
   int dataParallel = 1;
-  bool distAdam = false;           // optimizer state sharded over dataParallel
+  bool distAdam = false;           // optimizer state sharded over dataParallel (DistAdam, not its allreduce mode)
+  int64_t distAdamBucketBytes = 25ll << 20;  // its buckets' cap (optimizer.dist_adam.bucket_mb)
   std::string policy = "plan";     // plan | none | full_recompute
   bool swap = true;                // a swap tier is available (memory.swap_dir)
   int64_t swapWindowBytes = 0;     // the swap window: these bytes ...

@@ -36,17 +36,17 @@ train() {  # train NAME PLAN [args...]
   "$SLUICE" train "$CFG" "${run[@]}" --set pipeline.plan="$planFile" --set job.output_dir="$TMP/$name" "$@" \
     >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
 }
-# check_memory NAME BUDGET_MIB: every rank's measured peak within 10% of its
-# prediction (and within the budget, when there is one).
+# check_memory NAME BUDGET_MIB [RANKS]: every rank's measured peak within 10%
+# of its prediction (and within the budget, when there is one).
 check_memory() {
-  local name=$1 budget=$2
+  local name=$1 budget=$2 ranks=${3:-2}
   cat "$TMP/$name"/logs/rank_*.log | grep -o "memory: stage [0-9]* measured_peak_bytes=[0-9]* predicted_peak_bytes=[0-9]*" |
-    awk -v n="$name" -v b="$budget" '
+    awk -v n="$name" -v b="$budget" -v r="$ranks" '
       { split($4, m, "="); split($5, p, "="); e = (m[2] - p[2]) / p[2]; rows++
         printf "%s: stage %s measured %.2f MiB, predicted %.2f MiB (%+.1f%%)%s\n", n, $3, m[2] / 1048576, p[2] / 1048576,
                100 * e, (b > 0 ? sprintf(", budget %d MiB", b) : "")
         if (e > 0.10 || e < -0.10) bad = 1; if (b > 0 && m[2] > b * 1048576) over = 1 }
-      END { if (rows != 2) { print "expected 2 stages, got " rows; exit 1 } if (bad) { print "off by more than 10%"; exit 1 }
+      END { if (rows != r) { print "expected " r " ranks, got " rows; exit 1 } if (bad) { print "off by more than 10%"; exit 1 }
             if (over) { print "over the budget"; exit 1 } }' || fail "$name: memory"
 }
 same_losses() {
@@ -57,6 +57,13 @@ same_losses() {
 plan keep
 train keep "$TMP/keep.pb"
 check_memory keep 0
+# DistAdam over 2 replicas: its gradient buckets and moment shards are the
+# model's static bytes (not "outside the model"), and its step buffers exist
+# only during the step (optim/DistAdam.cpp, Note [step buffers]).
+dp=(--set pipeline.data_parallel=2 --set optimizer.name=dist_adam --set training.global_batch_size=32)
+plan keep_dp "${dp[@]}"
+train keep_dp "$TMP/keep_dp.pb" "${dp[@]}"
+check_memory keep_dp 0 4
 
 plan swap --budget-mb "$BUDGET"
 grep -q " swap" "$TMP/swap.plan.log" || { cat "$TMP/swap.plan.log"; fail "the $BUDGET MiB plan swaps nothing"; }

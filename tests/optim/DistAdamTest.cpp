@@ -17,6 +17,8 @@
 #include "core/Error.h"
 #include "optim/DistAdam.h"
 #include "optim/FlatLayout.h"
+#include "memory/CountingAllocator.h"
+#include "partition/CostModel.h"
 
 namespace sluice::optim {
 namespace {
@@ -166,6 +168,50 @@ TEST(DistAdam, StateIsOneNthOfAdamWPlusPadding) {
   auto copies = makeParams();
   DistAdam replicated(copies, comm, options(), DistAdamMode::AllReduce);
   EXPECT_EQ(replicated.stateBytes(), full);
+}
+
+// Note [step buffers]: between steps DistAdam holds its gradient buckets and
+// moments (residentBytes(), all of what it allocated); step() allocates the
+// shards and gather buffers and frees them all before it returns; its peak
+// above what was allocated before stays within the cost model's stepBytes
+// (partition/CostModel.h), which is not far above it. One rank: no buffers.
+TEST(DistAdam, StepBuffersLiveOnlyDuringTheStepAndFitThePlan) {
+  memory::installCountingAllocator();
+  auto comm = Communicator::world();
+  const int n = comm.size();
+  // Eight equal parameters, two per bucket: four buckets, the pipelined gathers matter.
+  std::vector<torch::Tensor> ps;
+  for (int i = 0; i < 8; ++i) ps.push_back(torch::randn({64, 33}).requires_grad_(true));
+  const int64_t paramBytes = 8 * 64 * 33 * 4, bucketBytes = 2 * 64 * 33 * 4;
+  const int64_t before = memory::allocatorStats().currentBytes;
+  DistAdam opt(ps, comm, options(), DistAdamMode::AfterBackward, 0, bucketBytes);
+  opt.setAccumulationSteps(kAccumulation);
+  EXPECT_EQ(opt.bucketCount(), 4);
+  EXPECT_EQ(memory::allocatorStats().currentBytes - before, opt.residentBytes());
+  partition::Problem plan;
+  plan.stepRanks = n;
+  plan.stepBucketBytes = bucketBytes;
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    for (int micro = 0; micro < kAccumulation; ++micro) {
+      auto loss = torch::zeros({});
+      for (auto& p : ps) loss = loss + (p * p).sum();
+      loss.backward();
+    }
+    const int64_t atStep = memory::allocatorStats().currentBytes;
+    memory::resetPeak();
+    opt.step();
+    const int64_t extra = memory::allocatorStats().peakBytes - atStep;
+    EXPECT_EQ(memory::allocatorStats().currentBytes, atStep) << "step() kept buffers";
+    const int64_t predicted = plan.stepBytes(paramBytes, paramBytes / 8);
+    if (n == 1) {
+      EXPECT_EQ(extra, 0);
+      EXPECT_EQ(predicted, 0);
+    } else {
+      EXPECT_LE(extra, predicted + 4 * 16 * n) << "padding aside, the plan's stepBytes bounds the step";
+      EXPECT_GE(extra, predicted * 8 / 10) << "and is not far above it";
+    }
+  }
 }
 
 // The flat layout, checked against its definition for random sizes: every
