@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/Error.h"
+#include "core/SystemInfo.h"
 #include "core/Log.h"
 
 namespace sluice {
@@ -19,12 +20,7 @@ namespace {
 // cores (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), where a polling rank would
 // take CPU time from the ranks it waits for.
 double busyPollSeconds() {
-  static const double seconds = [] {
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const unsigned cores = std::thread::hardware_concurrency();
-    const bool oversubscribed = local && cores > 0 && std::atoi(local) > static_cast<int>(cores);
-    return oversubscribed ? 0.0005 : 0.2;
-  }();
+  static const double seconds = hostOversubscribed() ? 0.0005 : 0.2;
   return seconds;
 }
 

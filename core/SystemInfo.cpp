@@ -53,4 +53,9 @@ int hardwareCores() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+bool hostOversubscribed() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local && std::atoi(local) > hardwareCores();
+}
+
 }  // namespace sluice

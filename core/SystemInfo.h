@@ -12,5 +12,9 @@ std::string blasKind();
 std::string torchVersion();
 std::string mpiLibraryVersion();  // first line of MPI_Get_library_version
 int hardwareCores();
+// True when more ranks of this job run on this host (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_SIZE) than it has cores: then a rank that spins takes
+// a core from one that computes (tests oversubscribe; real jobs should not).
+bool hostOversubscribed();
 
 }  // namespace sluice

@@ -1,6 +1,8 @@
 #include "launcher/Planning.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -8,6 +10,7 @@
 #include "core/Error.h"
 #include "core/Log.h"
 #include "memory/SwapTier.h"
+#include "partition/Refill.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice {
@@ -26,6 +29,20 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   options.loss = lossOfOutput;  // its times come from the whole passes, like the nodes'
   options.startTogether = [&comm] { comm.barrier(); };
   auto profile = partition::profileGraph(graph, inputs, options);
+  partition::averageOverRanks(profile, comm);  // the refill pieces come from the node times: the same on every rank
+  // Note [refill after a wait] (partition/Refill.h): what a stage's work loses when its rank waited.
+  log::info("profile: timing forwards and backwards right after a wait ...");
+  profile.refill = partition::measureRefill(graph, inputs, profile, comm);
+  std::string shares;
+  for (auto& piece : profile.refill.pieces) {
+    char one[64];
+    std::snprintf(one, sizeof(one), "%s[%d, %d) %+.1f%%", shares.empty() ? "" : ", ", piece.firstNode, piece.endNode,
+                  100 * piece.share);
+    shares += one;
+  }
+  log::info("profile: after a " + std::to_string(std::lround(1e3 * profile.refill.waitSeconds)) +
+            " ms wait, forward + backward ran longer than back to back by: " + shares + " (nodes; " +
+            std::to_string(profile.refill.rounds) + " rounds over the ranks)");
   torch::Tensor output;
   {
     torch::NoGradGuard noGrad;
@@ -152,7 +169,6 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
   // Every rank profiles at once (the machine loaded as in training); rank 0
   // plans with the averaged times. A failure there reaches every rank in the bytes.
   auto profile = profileModel(c, setup, graph, world);
-  partition::averageOverRanks(profile, world);
   profile.machine = machine;
   std::string bytes, failure;
   if (world.rank() == 0) {

@@ -1,7 +1,9 @@
 // launcher planning: from a Config to a Profile and a Plan.
 //
 // profileModel() profiles the captured graph on a real micro-batch of the
-// configured shape (rank-local; the caller supplies the machine numbers).
+// configured shape on every rank of `comm` at once, averages the times over
+// them and measures the refill after a wait (Note [refill after a wait],
+// partition/Refill.h); the caller supplies the machine numbers.
 // planSettings() maps the config (pipeline.*, memory.budget_mb, optimizer)
 // onto partition::PlanSettings. planForJob() is what every training rank
 // calls (collective over `world`): it loads pipeline.plan and checks it
@@ -24,7 +26,8 @@
 
 namespace sluice {
 
-// comm: the ranks profiling at once (collective: they start the whole passes together).
+// comm: the ranks profiling at once (collective: they start the whole passes
+// together; each gets the averaged profile).
 partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph,
                                 const Communicator& comm);
 partition::PlanSettings planSettings(const Config& config);

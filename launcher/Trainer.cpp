@@ -704,7 +704,7 @@ void Trainer::report() {
   }
   // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
   const auto sm = worker_->metrics();
-  char buf[400];
+  char buf[600];
   std::snprintf(buf, sizeof(buf), "stage %d %s: %lld compiles, %lld cache hits, compile %.3f s, execute %.3f s",
                 stageIndex_, c_.pipeline.execution.c_str(), static_cast<long long>(sm.compiles),
                 static_cast<long long>(sm.cacheHits), sm.compileSeconds, sm.executeSeconds);
@@ -745,17 +745,19 @@ void Trainer::report() {
       ps.loss += one.loss;
       ps.recompute += one.recompute;
       ps.swap += one.swap;
+      ps.refill += one.refill;
       ps.inFlight = std::max(ps.inFlight, one.inFlight);
       ps.keptBytes += one.keptBytes;
       predicted += one.peakBytes;
       savedPeak += one.inFlight * one.keptBytes;
-      predictedCompute += one.forward + one.backward + one.loss + one.recompute + one.swap;
+      predictedCompute += one.forward + one.backward + one.loss + one.recompute + one.swap + one.refill;
     }
     std::snprintf(buf, sizeof(buf),
                   "stage %d plan predicts: compute per micro-batch %.3f ms (forward %.3f, backward %.3f, loss %.3f, "
-                  "recompute %.3f, swap stall %.3f), saved activations peak %lld bytes (%d in flight x %lld kept)",
-                  stageIndex_, 1e3 * (ps.forward + ps.backward + ps.loss + ps.recompute + ps.swap), 1e3 * ps.forward,
-                  1e3 * ps.backward, 1e3 * ps.loss, 1e3 * ps.recompute, 1e3 * ps.swap,
+                  "recompute %.3f, swap stall %.3f, refill after waits %.3f), saved activations peak %lld bytes (%d "
+                  "in flight x %lld kept)",
+                  stageIndex_, 1e3 * predictedCompute, 1e3 * ps.forward, 1e3 * ps.backward, 1e3 * ps.loss,
+                  1e3 * ps.recompute, 1e3 * ps.swap, 1e3 * ps.refill,
                   static_cast<long long>(savedPeak), ps.inFlight, static_cast<long long>(ps.keptBytes));
     log::info(buf);
   }
@@ -799,7 +801,7 @@ void Trainer::report() {
     // What the cost model's stage times are checked against (issue: within 10%).
     std::ostringstream os;
     os << "compute per micro-batch per rank (forward + backward + loss, median over the steps after " << warmSteps_
-       << " warm-up steps; predicted: the plan's cost model, with recompute and swap stall)\n";
+       << " warm-up steps; predicted: the plan's cost model, with recompute, swap stall and refill after waits)\n";
     std::snprintf(buf, sizeof(buf), "%5s %6s %12s %12s %8s\n", "rank", "stage", "measured ms", "predicted ms", "error");
     os << buf;
     auto a = all.view({world_.size(), kColumns});

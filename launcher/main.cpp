@@ -158,7 +158,6 @@ int runProfile(const Args& a, int argc, char** argv) {
     auto setup = sluice::makeModelSetup(config);
     auto graph = setup.capture(config.training.microBatchSize);
     auto profile = sluice::profileModel(config, setup, graph, world);
-    sluice::partition::averageOverRanks(profile, world);
     if (world.rank() == 0) {
       profile.machine = machine;
       profile.save(a.output);

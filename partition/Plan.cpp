@@ -14,6 +14,7 @@
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/GraphSplit.h"
+#include "partition/Refill.h"
 #include "partition/Segments.h"
 #include "pipeline/Schedule.h"
 #include "core/Bytes.h"
@@ -51,6 +52,14 @@ std::optional<pipeline::ScheduleCosts> Plan::scheduleCosts() const {
   return costs;
 }
 
+pipeline::RefillCosts Plan::refillCosts() const {
+  pipeline::RefillCosts refill;
+  if (refillWaitSeconds <= 0) return refill;
+  refill.waitSeconds = refillWaitSeconds;
+  for (auto& s : stages) refill.share.push_back(s.refillShare);
+  return refill;
+}
+
 std::string Plan::toBytes() const {
   proto::Plan p;
   p.set_format(kFormat);
@@ -72,6 +81,7 @@ std::string Plan::toBytes() const {
   for (int c : opLevelCuts) p.add_op_level_cuts(c);
   p.set_op_level_step_time_s(opLevelStepTime);
   p.set_min_op_level_gain(minOpLevelGain);
+  p.set_refill_wait_s(refillWaitSeconds);
   for (auto& s : stages) {
     auto* q = p.add_stages();
     q->set_index(s.index);
@@ -102,6 +112,8 @@ std::string Plan::toBytes() const {
     q->set_schedule_forward_s(s.scheduleForward);
     q->set_schedule_backward_input_s(s.scheduleBackwardInput);
     q->set_schedule_backward_weight_s(s.scheduleBackwardWeight);
+    q->set_refill_s(s.refill);
+    q->set_refill_share(s.refillShare);
   }
   for (auto& d : decisions) {
     auto* q = p.add_decisions();
@@ -145,6 +157,7 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.opLevelCuts.assign(p.op_level_cuts().begin(), p.op_level_cuts().end());
   out.opLevelStepTime = p.op_level_step_time_s();
   out.minOpLevelGain = p.min_op_level_gain();
+  out.refillWaitSeconds = p.refill_wait_s();
   int expectFirst = 0;
   for (auto& q : p.stages()) {
     PlanStage s;
@@ -180,6 +193,8 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
     s.scheduleForward = q.schedule_forward_s();
     s.scheduleBackwardInput = q.schedule_backward_input_s();
     s.scheduleBackwardWeight = q.schedule_backward_weight_s();
+    s.refill = q.refill_s();
+    s.refillShare = q.refill_share();
     out.stages.push_back(std::move(s));
   }
   for (auto& q : p.decisions()) {
@@ -251,16 +266,26 @@ std::string Plan::table() const {
         mib(s.peakBytes) + " / " + (budgetBytes > 0 ? mib(budgetBytes / std::max(1, chunks)) : std::string("-"));
     std::snprintf(buf, sizeof(buf), "%5d %14s %10s %8.2f %8.2f %8.2f %8.2f %8.2f  %-23s %10s %10s\n", s.index,
                   range.c_str(), mib(s.paramBytes).c_str(), 1e3 * s.forward, 1e3 * s.backward, 1e3 * s.comm,
-                  1e3 * (s.swap + s.recompute + s.loss), 1e3 * s.time, memory.c_str(), mib(s.swappedBytes).c_str(),
+                  1e3 * (s.swap + s.recompute + s.loss + s.refill), 1e3 * s.time, memory.c_str(), mib(s.swappedBytes).c_str(),
                   mib(s.recomputedBytes).c_str());
     os << buf;
   }
   std::snprintf(buf, sizeof(buf),
-                "predicted step time %.2f ms (bubble %.1f%%); extra = loss + swap stall + recompute\n"
+                "predicted step time %.2f ms (bubble %.1f%%); extra = loss + swap stall + recompute + refill after waits\n"
                 "peak memory = static (parameters, gradients, optimizer state) + in flight x held (boundary + kept "
                 "activations) + transient (+ swap window)\n",
                 1e3 * stepTime, 100 * bubbleFraction);
   os << buf;
+  if (refillWaitSeconds > 0) {
+    os << "refill after waits (an action that follows a wait of w runs longer by its share of its time x min(1, w / "
+       << static_cast<int>(std::lround(1e3 * refillWaitSeconds)) << " ms)), per micro-batch:";
+    for (auto& s : stages) {
+      std::snprintf(buf, sizeof(buf), " stage %d %.2f ms (share %.1f%%);", s.index, 1e3 * s.refill,
+                    100 * s.refillShare);
+      os << buf;
+    }
+    os << "\n";
+  }
   if (!opLevelCuts.empty()) {
     std::string list;
     for (int c : opLevelCuts) list += (list.empty() ? "" : ", ") + std::to_string(c);
@@ -444,19 +469,55 @@ pipeline::ScheduleCosts scheduleCostsOf(const Profile& profile, const Partition&
   return costs;
 }
 
-// The predicted step of those schedules: simulated (pipeline::simulateStep)
-// with scheduleCostsOf, on the schedule training will run (zb-h1 and
-// interleaved-zb fitted to the same costs, which the plan records). The DP's
-// cuts come from the 1F1B objective; refineForSchedule then moves them for
-// this simulated step.
-double simulatedStep(const PlanSettings& st, const pipeline::ScheduleCosts& costs) {
+// Each stage's refill share (refillShare: its nodes' pieces', by their times).
+pipeline::RefillCosts refillCostsOf(const Profile& profile, const Partition& part) {
+  pipeline::RefillCosts refill;
+  if (profile.refill.pieces.empty()) return refill;
+  refill.waitSeconds = profile.refill.waitSeconds;
+  for (auto& s : part.stages) refill.share.push_back(refillShare(profile, s.first, s.end));
+  return refill;
+}
+
+// A partition's predicted step time and each stage's refill per micro-batch.
+struct Prediction {
+  double stepTime = 0;
+  std::vector<double> refill;
+};
+
+// The predicted step: for zb-h1, interleaved and interleaved-zb simulated
+// (pipeline::simulateStepWithRefill) with scheduleCostsOf, on the schedule
+// training will run (zb-h1 and interleaved-zb fitted to the same costs, which
+// the plan records); the DP's cuts come from the 1F1B objective, and
+// refineForSchedule then moves them for this simulated step. For GPipe and
+// 1F1B the DP's own step (CostModel.h), plus what refill adds to the same
+// simulation. Refill (Note [refill after a wait], Refill.h) depends on where
+// the schedule makes ranks wait, so the DP does not see it; the prediction
+// does: mostly it slows a light stage that waits for most of the step, which
+// the step does not wait for.
+Prediction predict(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
+  const auto refill = refillCostsOf(profile, part);
+  const bool charged = refill.charged();
+  Prediction out;
+  out.refill.assign(part.stages.size(), 0.0);
+  if (p.inFlightPerStage.empty() && !charged) {
+    out.stepTime = part.stepTime;
+    return out;
+  }
+  const auto costs = scheduleCostsOf(profile, part, p);
   const auto schedule =
       pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, st.fitSchedule ? &costs : nullptr);
-  return pipeline::simulateStep(schedule, costs.times, costs.comm);
+  const auto sim = pipeline::simulateStepWithRefill(schedule, costs.times, costs.comm, refill);
+  for (size_t k = 0; k < out.refill.size() && k < sim.refillSeconds.size(); ++k) {
+    out.refill[k] = sim.refillSeconds[k] / st.microBatches;
+  }
+  out.stepTime = p.inFlightPerStage.empty()
+                     ? part.stepTime + (sim.stepTime - pipeline::simulateStep(schedule, costs.times, costs.comm))
+                     : sim.stepTime;
+  return out;
 }
 
 double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
-  return simulatedStep(st, scheduleCostsOf(profile, part, p));
+  return predict(st, profile, part, p).stepTime;
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
@@ -475,15 +536,14 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.swapWindowBytes = problem.window();
   plan.profileBlas = profile.machine.blas;
   plan.profileThreads = profile.machine.threads;
-  plan.stepTime = part.stepTime;
+  const auto predicted = predict(st, profile, part, problem);
+  plan.stepTime = predicted.stepTime;
+  const auto refill = refillCostsOf(profile, part);
+  plan.refillWaitSeconds = refill.waitSeconds;
   std::optional<pipeline::ScheduleCosts> costs;
-  if (!problem.inFlightPerStage.empty()) {
-    const auto simulated = scheduleCostsOf(profile, part, problem);
-    plan.stepTime = simulatedStep(st, simulated);
-    if (st.fitSchedule && pipeline::fitsToStageTimes(st.schedule)) {  // recorded: training fits its schedule to them too
-      costs = simulated;
-      plan.scheduleComm = costs->comm;
-    }
+  if (!problem.inFlightPerStage.empty() && st.fitSchedule && pipeline::fitsToStageTimes(st.schedule)) {
+    costs = scheduleCostsOf(profile, part, problem);  // recorded: training fits its schedule to them too
+    plan.scheduleComm = costs->comm;
   }
   double busy = 0;
   for (auto& s : part.stages) {
@@ -502,7 +562,9 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     ps.swapIO = s.swapIO;
     ps.recompute = s.recompute;
     ps.loss = s.loss;
-    ps.time = s.time;
+    ps.refill = predicted.refill.at(s.stage);
+    if (refill.charged()) ps.refillShare = refill.share.at(s.stage);
+    ps.time = s.time + ps.refill;
     ps.savedBytes = s.savedBytes;
     ps.keptBytes = s.keptBytes;
     ps.swappedBytes = s.swappedBytes;
@@ -536,7 +598,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
       plan.decisions.push_back(std::move(d));
     }
     // Simulated schedules count communication as latency, not as busy time.
-    busy += st.microBatches * (problem.inFlightPerStage.empty() ? s.time : s.time - s.comm);
+    busy += st.microBatches * ((problem.inFlightPerStage.empty() ? s.time : s.time - s.comm) + ps.refill);
     plan.stages.push_back(std::move(ps));
   }
   // Idle share of the step, averaged over ranks.
@@ -628,7 +690,7 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
 
 // The step time a plan of `part` predicts (toPlan's stepTime).
 double predictedStep(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
-  return p.inFlightPerStage.empty() ? part.stepTime : simulatedStepTime(st, profile, part, p);
+  return predict(st, profile, part, p).stepTime;
 }
 
 // Note [layer boundaries first]: the profile method's best cuts between

@@ -68,6 +68,11 @@ struct PlanStage {
   double swapIO = 0;
   // zb-h1 and interleaved-zb: the times its schedule is fitted to (Plan::scheduleCosts).
   double scheduleForward = 0, scheduleBackwardInput = 0, scheduleBackwardWeight = 0;
+  // Per micro-batch: what its actions that follow a wait add (Note [refill
+  // after a wait], Refill.h); part of `time`, and of the step time. The share
+  // it comes from: an action's extra time after a wait of
+  // Plan::refillWaitSeconds or more, over its time.
+  double refill = 0, refillShare = 0;
 };
 
 // A saved storage that is not kept: (producer node, slot), see memory/MemoryPlan.h.
@@ -93,11 +98,17 @@ struct Plan {
   // the op-level cuts it passed over and their predicted step; else empty and 0.
   std::vector<int> opLevelCuts;
   double opLevelStepTime = 0, minOpLevelGain = 0;
+  // The wait after which the stages' refill shares apply in full (0: none measured).
+  double refillWaitSeconds = 0;
 
   // The costs the zero-bubble schedules are fitted to (pipeline::makeSchedule):
   // what the plan's step time was simulated with. Empty for other schedules
   // and for plans made before they were recorded (those run the unit-cost schedule).
   std::optional<pipeline::ScheduleCosts> scheduleCosts() const;
+  // The refill shares its step was simulated with (Note [refill after a
+  // wait], Refill.h): each stage's, charged after waits of refillWaitSeconds.
+  // None (not charged) for plans of profiles without refill pieces.
+  pipeline::RefillCosts refillCosts() const;
 
   std::vector<int> cuts() const;
   bool freesTensors() const { return !decisions.empty(); }

@@ -5,6 +5,7 @@
 #include <thread>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -82,6 +83,14 @@ void Profile::save(const std::string& path) const {
   p.set_loss_forward_s(lossForwardSeconds);
   p.set_loss_backward_s(lossBackwardSeconds);
   p.set_micro_batch_size(microBatchSize);
+  p.set_refill_wait_s(refill.waitSeconds);
+  p.set_refill_rounds(refill.rounds);
+  for (auto& piece : refill.pieces) {
+    auto* q = p.add_refill_pieces();
+    q->set_first_node(piece.firstNode);
+    q->set_end_node(piece.endNode);
+    q->set_share(piece.share);
+  }
   auto* m = p.mutable_machine();
   m->set_p2p_bandwidth_bytes_per_s(machine.p2pBandwidth);
   m->set_p2p_latency_s(machine.p2pLatency);
@@ -137,6 +146,11 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   out.lossForwardSeconds = p.loss_forward_s();
   out.lossBackwardSeconds = p.loss_backward_s();
   out.microBatchSize = p.micro_batch_size();
+  out.refill.waitSeconds = p.refill_wait_s();
+  out.refill.rounds = p.refill_rounds();
+  for (auto& q : p.refill_pieces()) {
+    out.refill.pieces.push_back({q.first_node(), q.end_node(), q.share()});
+  }
   auto& m = p.machine();
   out.machine = {m.p2p_bandwidth_bytes_per_s(), m.p2p_latency_s(), m.swap_write_bytes_per_s(),
                  m.swap_read_bytes_per_s(), m.swap_cpu_s_per_byte(), m.threads(), m.blas()};
@@ -160,6 +174,15 @@ std::string Profile::summary(int topNodes) const {
                 machine.swapReadBandwidth / 1e6, machine.swapCpuSecondsPerByte * 1e3 * 1048576, machine.threads,
                 machine.blas.c_str());
   os << buf;
+  if (!refill.pieces.empty()) {
+    os << "refill after a " << std::lround(1e3 * refill.waitSeconds)
+       << " ms wait (extra forward + backward time as a share of it; " << refill.rounds << " rounds):";
+    for (auto& piece : refill.pieces) {
+      std::snprintf(buf, sizeof(buf), " nodes [%d, %d) +%.1f%%;", piece.firstNode, piece.endNode, 100 * piece.share);
+      os << buf;
+    }
+    os << "\n";
+  }
   std::vector<const NodeProfile*> order;
   for (auto& n : nodes) order.push_back(&n);
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) {

@@ -56,6 +56,20 @@ struct MachineProfile {
   std::string blas;
 };
 
+// Note [refill after a wait] (Refill.h): how much longer the forward and
+// backward of nodes [firstNode, endNode) run when their rank waited
+// RefillProfile::waitSeconds before them, as a share of their time.
+struct RefillPiece {
+  int firstNode = 0, endNode = 0;
+  double share = 0;
+};
+// No pieces: not measured (then nothing is charged).
+struct RefillProfile {
+  double waitSeconds = 0;
+  int rounds = 0;
+  std::vector<RefillPiece> pieces;  // in node order, covering the graph
+};
+
 struct Profile {
   std::string graphHash;
   int iterations = 0;
@@ -65,6 +79,7 @@ struct Profile {
   int64_t lossSavedBytes = 0, lossWorkspaceBytes = 0;
   int microBatchSize = 0;
   memory::MemoryFacts facts;
+  RefillProfile refill;  // Note [refill after a wait]; 0s when not measured
 
   double totalForward() const;
   double totalBackward() const;

@@ -128,12 +128,32 @@ bool splitsBackward(const Schedule& schedule);
 // True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb).
 bool fitsToStageTimes(const std::string& name);
 
+// Note [refill after a wait] (partition/Refill.h): a compute action of stage
+// s that starts after its rank idled for w seconds runs longer by
+// share[s] x its own time x min(1, w / waitSeconds). No shares (or
+// waitSeconds 0): nothing is charged.
+struct RefillCosts {
+  std::vector<double> share;  // per stage (chunk)
+  double waitSeconds = 0;
+  bool charged() const { return waitSeconds > 0 && !share.empty(); }
+};
+
+struct StepSimulation {
+  double stepTime = 0;                // the makespan
+  std::vector<double> refillSeconds;  // per stage: what refill added over the step
+};
+
 // Predicted makespan of one step when every stage takes its StageTimes per
 // micro-batch and a message between stages takes `comm` seconds: each stage
 // runs its actions in order, a receive waits for the peer's send. Used by the
 // cost model to compare schedules.
 // times: one per stage (chunk); a rank runs its stages' actions in its order.
+// A rank is idle from the end of its last compute action (or the step's
+// start) until its next one starts; with `refill`, that idle time lengthens
+// the next action as RefillCosts says.
 double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
+StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
+                                      const RefillCosts& refill);
 
 // inFlightLimit (optional, one per stage): also reject a stage whose
 // peakInFlight() exceeds its limit (activation memory).

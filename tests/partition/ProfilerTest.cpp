@@ -189,6 +189,9 @@ TEST(Profiler, TotalSavedBytesMatchAnEagerTrainingForward) {
 TEST(Profiler, RoundTripAndRefusals) {
   Fixture f;
   std::string path = testing::TempDir() + "/profile_roundtrip.pb";
+  f.profile.refill.waitSeconds = 0.02;
+  f.profile.refill.rounds = 8;
+  f.profile.refill.pieces = {{0, 5, 0.1}, {5, f.graph->numNodes(), 0.03}};
   f.profile.save(path);
   auto back = Profile::load(path, f.graph->hash());
   ASSERT_EQ(back.nodes.size(), f.profile.nodes.size());
@@ -204,6 +207,13 @@ TEST(Profiler, RoundTripAndRefusals) {
     EXPECT_EQ(back.facts.storages[i].savers, f.profile.facts.storages[i].savers);
   }
   EXPECT_EQ(back.lossSavedBytes, f.profile.lossSavedBytes);
+  EXPECT_EQ(back.refill.waitSeconds, 0.02);
+  EXPECT_EQ(back.refill.rounds, 8);
+  ASSERT_EQ(back.refill.pieces.size(), 2u);
+  EXPECT_EQ(back.refill.pieces[1].firstNode, 5);
+  EXPECT_EQ(back.refill.pieces[1].endNode, f.graph->numNodes());
+  EXPECT_EQ(back.refill.pieces[0].share, 0.1);
+  EXPECT_EQ(back.refill.pieces[1].share, 0.03);
   try {
     Profile::load(path, "0123456789abcdef");
     ADD_FAILURE() << "a profile of another graph was accepted";

@@ -159,6 +159,38 @@ TEST(Schedule, SimulatedStepTimes) {
   EXPECT_DOUBLE_EQ(simulateStep(make1F1B(2, 1), t, 0.5), 2 * (f + b) + 2 * 0.5);
 }
 
+// Note [refill after a wait]: GPipe on 2 stages, m = 2, a light stage 0 (F = B
+// = 1) and a slow stage 1 (F = B = 10), shares 0.25 on stage 0 and 0.1 on
+// stage 1, in full after a 10 s wait. By hand:
+//   rank 0: F0 [0, 1], F1 [1, 2]: no wait;
+//   rank 1: F0 waits 1 s for activation 0: 0.1 x 10 x 1/10 = 0.1 -> [1, 11.1];
+//           F1, B0, B1 back to back -> gradients at 31.1 and 41.1;
+//   rank 0: B0 waits 29.1 s: 0.25 x 1 -> [31.1, 32.35];
+//           B1 waits 8.75 s: 0.25 x 1 x 8.75/10 = 0.21875 -> [41.1, 42.31875].
+// Without refill the step is 42 (the same order, 1 + 4 x 10 + 1).
+TEST(Schedule, RefillLengthensOnlyActionsThatFollowAWait) {
+  const std::vector<StageTimes> t{{1, 1, 0, 1}, {10, 10, 5, 5}};
+  const auto gpipe = makeGPipe(2, 2);
+  RefillCosts refill;
+  refill.share = {0.25, 0.1};
+  refill.waitSeconds = 10;
+  const auto sim = simulateStepWithRefill(gpipe, t, 0, refill);
+  EXPECT_DOUBLE_EQ(sim.stepTime, 42.31875);
+  ASSERT_EQ(sim.refillSeconds.size(), 2u);
+  EXPECT_DOUBLE_EQ(sim.refillSeconds[0], 0.25 + 0.21875);
+  EXPECT_DOUBLE_EQ(sim.refillSeconds[1], 0.1);
+  EXPECT_DOUBLE_EQ(simulateStep(gpipe, t), 42);
+  // No shares: the plain simulation, nothing charged, for every schedule.
+  for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+    const auto s = makeSchedule(name, 2, 4);
+    const auto none = simulateStepWithRefill(s, t, 0.5, RefillCosts{});
+    EXPECT_DOUBLE_EQ(none.stepTime, simulateStep(s, t, 0.5)) << name;
+    EXPECT_EQ(none.refillSeconds, std::vector<double>(2, 0.0)) << name;
+  }
+  refill.share = {0.5};  // one share for two stages
+  EXPECT_THROW(simulateStepWithRefill(gpipe, t, 0, refill), ScheduleError);
+}
+
 // Interleaved 1F1B: valid for p 2..4, v 1..3, m multiples of p up to 12; each
 // stage of rank r holds at most the rank's warm-up + 1 pieces; with v = 1 it
 // is plain 1F1B; its step with each rank's work cut into v equal chunks beats
