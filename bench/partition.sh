@@ -12,11 +12,12 @@
 # - one_block: the quickstart with 1 block (layer cuts leave the whole block
 #   on one stage; op-level cuts split it: where op-level cuts matter most,
 #   as for any model with fewer heavy layers than stages can share evenly).
-# ROUNDS paired rounds, each profiling every model and training every
-# distinct split once. For each method: the cut(s), predicted and measured
-# step time (medians over rounds), and the medians over rounds of its
-# measured/predicted ratio and of its ratio to the profile plan's step time in
-# the same round. Then the cost model's accuracy per stage: predicted
+# ROUNDS paired rounds, each profiling every model, planning it with every
+# method and training every distinct split once, predicted again from a
+# profile taken right before its run. For each method: the cut(s), predicted
+# and measured step time (medians over rounds), and the medians over rounds
+# of its measured/predicted ratio and of its ratio to the profile plan's step
+# time in the same round. Then the cost model's accuracy per stage: predicted
 # forward+backward(+loss) per micro-batch vs what training measured (the
 # median of the per-round errors), and predicted vs measured peak saved
 # activations. Last, the partitioner's own
@@ -50,11 +51,12 @@ methods=(profile uniform parameters layers)
 echo "bench/partition: 2 ranks x 1 thread, $rounds paired rounds of $steps steps (step time: median of steps 4..$steps)"
 "$sluice" --version | sed 's/^/  /'
 
-# Rounds: each profiles every model (right before its runs: this machine's
-# speed drifts by 10-20% over minutes, so a profile taken once and runs taken
-# minutes later would measure the drift, not the cost model), plans it with
-# every method and trains every distinct split once (a method whose cut equals
-# an earlier method's shares its run: the same split is the same job).
+# Rounds: each profiles every model, plans it with every method and trains
+# every distinct split once (a method whose cut equals an earlier method's
+# shares its run: the same split is the same job), each split planned again
+# for its cuts from a profile taken right before its run: this machine's
+# speed drifts by 10-20% over minutes, so a profile taken minutes before a run
+# would measure the drift, not the cost model.
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r of $rounds ..." >&2
   for label in "${models[@]}"; do
@@ -79,23 +81,38 @@ for ((r = 1; r <= rounds; ++r)); do
         if [ "${cut[$earlier]}" = "${cut[$method]}" ]; then runof[$method]=${runof[$earlier]}; break; fi
       done
       echo "${cut[$method]}" >>"$tmp/$label.$method.cuts"
-      grep -o "predicted step time [0-9.]*" "$plan.plan" | awk '{print $4 / 1000}' >>"$tmp/$label.$method.predicted"
       [ "${runof[$method]}" = "$method" ] || { echo "${runof[$method]}" >>"$tmp/$label.$method.shared"; continue; }
+      fresh="$tmp/$label.$method.r$r.fresh"
+      "$sluice" profile "${config[$label]}" "${args[@]}" -o "$fresh.prof.pb" >"$fresh.prof.log" 2>&1 ||
+        { cat "$fresh.prof.log"; exit 1; }
+      "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$fresh.prof.pb" \
+        --set "pipeline.cuts=[${cut[$method]}]" -o "$fresh.pb" >"$fresh.plan" 2>&1 || { cat "$fresh.plan"; exit 1; }
+      grep -o "predicted step time [0-9.]*" "$fresh.plan" | awk '{print $4 / 1000}' >"$tmp/$label.$method.r$r.predicted"
       out="$tmp/$label.$method.r$r.run"
-      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$plan.pb" \
+      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$fresh.pb" \
         --set logging.measure_memory=true --set job.output_dir="$out" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
       median_step_time "$out/metrics.jsonl" >"$tmp/$label.$method.r$r.step"
+      declare -a pc=() mc=()
       for stage in 0 1; do
         log="$out/logs/rank_$stage.log"
-        pc=$(grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}')
-        mc=$(grep -o "compute per micro-batch: [0-9.]* ms" "$log" | awk '{print $4}')
-        echo "$pc $mc $(grep -o "saved activations peak [0-9]* bytes" "$log" | awk '{print $4}')" \
-          "$(grep -o "saved activations: peak [0-9]* bytes" "$log" | awk '{print $4}')" >>"$tmp/$label.$method.s$stage"
+        pc[$stage]=$(grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}')
+        mc[$stage]=$(grep -o "compute per micro-batch: [0-9.]* ms" "$log" | awk '{print $4}')
+      done
+      for stage in 0 1; do
+        log="$out/logs/rank_$stage.log"
+        rf=$(grep -o "refill after waits [0-9][0-9.]*" "$log" | awk '{print $4}')
+        # This stage's error relative to both stages' together (the machine's drift cancels).
+        rel=$(awk -v p="${pc[$stage]}" -v m="${mc[$stage]}" -v a="${pc[0]}" -v b="${pc[1]}" \
+          -v c="${mc[0]}" -v d="${mc[1]}" 'BEGIN { print 100 * ((p / m) / ((a + b) / (c + d)) - 1) }')
+        echo "${pc[$stage]} ${mc[$stage]} $(grep -o "saved activations peak [0-9]* bytes" "$log" | awk '{print $4}')" \
+          "$(grep -o "saved activations: peak [0-9]* bytes" "$log" | awk '{print $4}') ${rf:-0} $rel" \
+          >>"$tmp/$label.$method.s$stage"
       done
     done
-    # Every method's step time this round (a shared split: its twin's run).
+    # Every method's predicted and measured step time this round (a shared split: its twin's).
     for method in "${methods[@]}"; do
       [ -n "${runof[$method]:-}" ] || continue
+      cat "$tmp/$label.${runof[$method]}.r$r.predicted" >>"$tmp/$label.$method.predicted"
       cat "$tmp/$label.${runof[$method]}.r$r.step" >>"$tmp/$label.$method.steps"
     done
     unset cut runof
@@ -123,10 +140,13 @@ for label in "${models[@]}"; do
 done
 
 echo
-echo "cost model accuracy per stage (compute = forward + backward + loss per micro-batch; error = median over the"
-echo "rounds that ran the split of (predicted - measured) / measured; memory = peak saved activations)"
-printf '%-12s %-11s %5s %6s %13s %13s %8s %15s %15s %8s\n' "model" "method" "stage" "rounds" "pred comp ms" "meas comp ms" \
-  "error" "pred act bytes" "meas act bytes" "error"
+echo "cost model accuracy per stage (compute = forward + backward + loss per micro-batch, with the refill after waits"
+echo "the plan predicts (partition/Refill.h); error = median over the rounds that ran the split of (predicted - measured)"
+echo "/ measured; 'no refill' = the same without the refill; 'vs both' = predicted/measured of the stage over that of"
+echo "both stages together, - 1: the error in how the model divides the work, which the machine's drift between"
+echo "profile and run does not move; memory = peak saved activations)"
+printf '%-12s %-11s %5s %6s %13s %13s %8s %10s %10s %8s %15s %15s %8s\n' "model" "method" "stage" "rounds" "pred comp ms" \
+  "meas comp ms" "error" "refill ms" "no refill" "vs both" "pred act bytes" "meas act bytes" "error"
 for label in "${models[@]}"; do
   for method in "${methods[@]}"; do
     for stage in 0 1; do
@@ -135,9 +155,10 @@ for label in "${models[@]}"; do
       awk -v l="$label" -v m="$method" -v s="$stage" '
         function med(a, n,   i, j, t) { for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
-        { ++n; pc[n] = $1; mc[n] = $2; e[n] = 100 * ($1 - $2) / $2; pa[n] = $3; ma[n] = $4; ea[n] = $4 ? 100 * ($3 - $4) / $4 : ($3 ? 100 : 0) }
-        END { printf "%-12s %-11s %5s %6d %13.2f %13.2f %+7.1f%% %15d %15d %+7.1f%%\n", l, m, s, n, med(pc, n), med(mc, n),
-                     med(e, n), med(pa, n), med(ma, n), med(ea, n) }' "$f"
+        { ++n; pc[n] = $1; mc[n] = $2; e[n] = 100 * ($1 - $2) / $2; pa[n] = $3; ma[n] = $4; ea[n] = $4 ? 100 * ($3 - $4) / $4 : ($3 ? 100 : 0)
+          rf[n] = $5; nr[n] = 100 * ($1 - $5 - $2) / $2; vb[n] = $6 }
+        END { printf "%-12s %-11s %5s %6d %13.2f %13.2f %+7.1f%% %10.2f %+9.1f%% %+7.1f%% %15d %15d %+7.1f%%\n", l, m, s, n,
+                     med(pc, n), med(mc, n), med(e, n), med(rf, n), med(nr, n), med(vb, n), med(pa, n), med(ma, n), med(ea, n) }' "$f"
     done
   done
 done
