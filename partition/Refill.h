@@ -13,10 +13,10 @@
 //   six runs) in a pass after a 25 ms wait than back to back, and the pass
 //   after that was back to speed (+1%);
 // - the same wait did not slow a kernel whose data fit in its core's L2;
-// - in training that stage computed a median 5% slower, relative to its busy
-//   neighbour, than the profile predicted (31 runs of one plan), which is
-//   what bench/partition had reported as the light stage's -6% to -11%
-//   error in every session.
+// - in training that stage computed a median 7% slower, relative to its busy
+//   neighbour, than the profile predicted (31 runs of one plan: 0.91x to
+//   1.22x), which is what bench/partition had reported as the light stage's
+//   -6% to -11% error in every session.
 //
 // measureRefill() times it: the graph is cut into up to `pieces` pieces of
 // similar profiled time (at valid cuts, like stages). In each of `rounds`
@@ -31,10 +31,11 @@
 // on the large-vocabulary GPT (three profiles): the embedding and first
 // blocks +1-5%, the later blocks 0-8%, the final layer norm and the
 // transposes before the LM head (a 3-5 ms piece) +14-24%, the LM head's
-// compute-bound matmul +1-9%. A single pass varies by +-20% on this machine,
-// so the shares are good to a few percent: they correct the light stage's
-// error by about half, not all of it. The wait polls and yields as
-// training's waits do (Communicator::Work::wait).
+// compute-bound matmul +1-9% (six profiles). A single pass varies by +-20%
+// on this machine, so a share is good to a few percent, and a piece's share
+// is an average over it: less than a light stage of the same nodes lost on
+// its own (those first blocks: 1-5% here, 3-12% as a stage). The wait polls
+// and yields as training's waits do (Communicator::Work::wait).
 //
 // The cost model charges it per action (pipeline::RefillCosts, Schedule.h):
 // an action of a stage that starts after its rank idled for w runs longer by
