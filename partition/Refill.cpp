@@ -10,34 +10,26 @@
 
 #include "core/Error.h"
 #include "core/GraphSplit.h"
-#include "core/NodeProgram.h"
+#include "core/StageModule.h"
 #include "core/SystemInfo.h"
 #include "partition/Timing.h"
 
 namespace sluice::partition {
 namespace {
 
-using torch::jit::IValue;
-
-// One piece of the graph, runnable forward and backward on its own.
+// One piece of the graph, run forward and backward on its own, node by node
+// as `sluice train` runs a stage (StageModule, eager).
 class Piece {
  public:
-  explicit Piece(StageGraph stage) : stage_(std::move(stage)), program_(stage_.graph) {}
+  Piece(StageGraph stage, int index)
+      : stage_(std::move(stage)), module_(stage_.graph, "refill piece " + std::to_string(index), ExecMode::Eager) {}
 
   const StageGraph& stage() const { return stage_; }
 
   // Runs the forward on `inputs` (boundary inputs, then parameters), keeps the
   // outputs that need a gradient for backward() and returns every output.
-  std::vector<torch::Tensor> forward(const std::vector<IValue>& inputs) {
-    auto result = program_.run(inputs);
-    std::vector<torch::Tensor> outs;
-    for (auto& v : result) {
-      if (v.isTuple()) {
-        for (auto& e : v.toTupleRef().elements()) outs.push_back(e.toTensor());
-      } else {
-        outs.push_back(v.toTensor());
-      }
-    }
+  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs) {
+    auto outs = module_.forward(inputs);
     roots_.clear();
     for (auto& t : outs) {
       if (t.requires_grad()) roots_.push_back(t);
@@ -57,7 +49,7 @@ class Piece {
 
  private:
   StageGraph stage_;
-  NodeProgram program_;
+  StageModule module_;
   std::vector<torch::Tensor> roots_;
 };
 
@@ -136,28 +128,28 @@ RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tenso
       paramByName[in.name] = t;
     }
   }
-  std::vector<std::unique_ptr<Piece>> pieces;  // NodeProgram does not move
+  std::vector<Piece> pieces;
   for (auto& st : splitGraph(graph, refillCuts(graph, profile, options.pieces))) {
-    pieces.push_back(std::make_unique<Piece>(std::move(st)));
+    pieces.emplace_back(std::move(st), static_cast<int>(pieces.size()));
   }
   // Each piece's inputs, from one forward of the chain: what the piece before
   // it hands over (leaves where a gradient flows back), then its parameters.
-  std::vector<std::vector<IValue>> stacks;
+  std::vector<std::vector<torch::Tensor>> stacks;
   for (auto& piece : pieces) {
-    const auto& st = piece->stage();
-    std::vector<IValue> stack;
+    const auto& st = piece.stage();
+    std::vector<torch::Tensor> stack;
     for (auto& b : st.boundaryInputs) {
       auto t = valueByName.at(b.name);
       if (st.index > 0) {
         t = t.detach();
         if (b.requiresGrad && t.is_floating_point()) t.requires_grad_(true);
       }
-      stack.emplace_back(t);
+      stack.push_back(t);
     }
-    for (auto& name : st.paramInputs) stack.emplace_back(paramByName.at(name));
-    auto outs = piece->forward(stack);
+    for (auto& name : st.paramInputs) stack.push_back(paramByName.at(name));
+    auto outs = piece.forward(stack);
     for (size_t j = 0; j < outs.size() && j < st.outputs.size(); ++j) valueByName[st.outputs[j].name] = outs[j].detach();
-    piece->backward();
+    piece.backward();
     stacks.push_back(std::move(stack));
   }
   // Round r is measured by rank r % size, one piece after another, while the
@@ -169,8 +161,8 @@ RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tenso
   std::vector<std::vector<double>> warm(n), cold(n);
   size_t next = 0;  // a co-runner's next piece
   auto pass = [&](size_t k) {
-    pieces[k]->forward(stacks[k]);
-    pieces[k]->backward();
+    pieces[k].forward(stacks[k]);
+    pieces[k].backward();
   };
   int rounds = options.rounds;
   if (rounds == 0) {  // the same on every rank: from the (averaged) profile
@@ -213,7 +205,7 @@ RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tenso
   out.waitSeconds = options.waitSeconds;
   out.rounds = rounds;
   for (size_t k = 0; k < n; ++k) {
-    const auto& st = pieces[k]->stage();
+    const auto& st = pieces[k].stage();
     out.pieces.push_back({st.firstNode, st.endNode, extraShare(warm[k], cold[k])});
   }
   return out;
