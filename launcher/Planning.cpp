@@ -1,8 +1,6 @@
 #include "launcher/Planning.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -33,16 +31,7 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   // Note [refill after a wait] (partition/Refill.h): what a stage's work loses when its rank waited.
   log::info("profile: timing forwards and backwards right after a wait ...");
   profile.refill = partition::measureRefill(graph, inputs, profile, comm);
-  std::string shares;
-  for (auto& piece : profile.refill.pieces) {
-    char one[64];
-    std::snprintf(one, sizeof(one), "%s[%d, %d) %+.1f%%", shares.empty() ? "" : ", ", piece.firstNode, piece.endNode,
-                  100 * piece.share);
-    shares += one;
-  }
-  log::info("profile: after a " + std::to_string(std::lround(1e3 * profile.refill.waitSeconds)) +
-            " ms wait, forward + backward ran longer than back to back by: " + shares + " (nodes; " +
-            std::to_string(profile.refill.rounds) + " rounds over the ranks)");
+  log::info("profile: refill " + profile.refill.describe());
   torch::Tensor output;
   {
     torch::NoGradGuard noGrad;

@@ -157,6 +157,19 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   return out;
 }
 
+std::string RefillProfile::describe() const {
+  std::ostringstream os;
+  os << "after a " << std::lround(1e3 * waitSeconds)
+     << " ms wait, forward + backward ran longer than back to back by:";
+  char buf[64];
+  for (auto& piece : pieces) {
+    std::snprintf(buf, sizeof(buf), " nodes [%d, %d) %+.1f%%;", piece.firstNode, piece.endNode, 100 * piece.share);
+    os << buf;
+  }
+  os << " (" << rounds << " rounds over the ranks)";
+  return os.str();
+}
+
 std::string Profile::summary(int topNodes) const {
   std::ostringstream os;
   char buf[256];
@@ -174,15 +187,7 @@ std::string Profile::summary(int topNodes) const {
                 machine.swapReadBandwidth / 1e6, machine.swapCpuSecondsPerByte * 1e3 * 1048576, machine.threads,
                 machine.blas.c_str());
   os << buf;
-  if (!refill.pieces.empty()) {
-    os << "refill after a " << std::lround(1e3 * refill.waitSeconds)
-       << " ms wait (extra forward + backward time as a share of it; " << refill.rounds << " rounds):";
-    for (auto& piece : refill.pieces) {
-      std::snprintf(buf, sizeof(buf), " nodes [%d, %d) +%.1f%%;", piece.firstNode, piece.endNode, 100 * piece.share);
-      os << buf;
-    }
-    os << "\n";
-  }
+  if (!refill.pieces.empty()) os << "refill " << refill.describe() << "\n";
   std::vector<const NodeProfile*> order;
   for (auto& n : nodes) order.push_back(&n);
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
