@@ -36,7 +36,9 @@ TEST(Refill, CutsSplitTheProfiledTimeIntoNearEqualPiecesAtValidCuts) {
     ASSERT_EQ(static_cast<int>(cuts.size()), pieces - 1);
     for (size_t k = 0; k < cuts.size(); ++k) {
       EXPECT_TRUE(graph.isValidCut(cuts[k])) << cuts[k];
-      if (k > 0) EXPECT_GT(cuts[k], cuts[k - 1]);
+      if (k > 0) {
+        EXPECT_GT(cuts[k], cuts[k - 1]);
+      }
       EXPECT_LE(std::abs(prefix[cuts[k]] - prefix[n] * (k + 1) / pieces), gap) << "cut " << k << " of " << pieces;
     }
   }
