@@ -3,12 +3,19 @@
 # under each pipeline schedule (interleaved, interleaved-zb: 2 stages per rank),
 # against plain PyTorch eager in one process
 # with 2 intra-op threads on the same model and batch (bench/eager_torch.py;
-# run twice: as is, and with the same glibc heap settings as Sluice),
-# in paired rounds: every round runs every configuration once, in the same
-# order, and each ratio is taken within a round. Prints per-configuration
-# median step times and the medians over rounds of the ratios to PyTorch and
-# to 1F1B at the same micro-batch count. Asserts nothing.
+# also run with the same glibc heap settings as Sluice, as a second peer).
+#
+# This machine's speed drifts by 10-40% over seconds, so the runs alternate
+# finely: each configuration is planned once up front (one profile per
+# micro-batch size, then `sluice partition`), so that a measured run is only
+# its training steps (a few seconds), and every round runs
+#   torch, heap-kept torch, torch, config 1, torch, config 2, ..., torch
+# with each run's ratio taken against the geometric mean of the two PyTorch
+# runs right before and after it. Prints per-configuration median step times
+# and the medians over rounds of the ratios to PyTorch, to PyTorch with the
+# heap kept and to 1F1B at the same micro-batch count. Asserts nothing.
 #   usage: bench/schedules.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
+#   BENCH_CONFIGS="1f1b 4;interleaved-zb 4" picks configurations ("SCHEDULE M [unit]").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/env.sh"
@@ -21,59 +28,95 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # "SCHEDULE M [unit]": unit runs zb-h1 / interleaved-zb in the unit-cost order
 # (pipeline.fit_schedule: false) instead of fitted to the plan's stage times.
-# BENCH_CONFIGS (";"-separated) picks some.
 configs=("1f1b 4" "zb-h1 4" "zb-h1 4 unit" "interleaved 4" "interleaved-zb 4" "gpipe 4" "1f1b 8" "zb-h1 8"
          "zb-h1 8 unit" "interleaved 8" "interleaved-zb 8")
 if [ -n "${BENCH_CONFIGS:-}" ]; then IFS=';' read -r -a configs <<<"$BENCH_CONFIGS"; fi
 # Sluice keeps freed memory in its heap (core/HeapPolicy.h); PyTorch is also
 # run with the same glibc settings, as a second peer.
 heap_kept=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
+shape_args() {  # microbatches -> the job's shape (2 stages x 1 thread, global batch 16)
+  echo --set pipeline.stages=2 --set pipeline.microbatches="$1" --set training.micro_batch_size=$((16 / $1)) \
+    --set training.global_batch_size=16 --set job.threads_per_rank=1
+}
+config_args() {  # schedule microbatches [unit]
+  echo $(shape_args "$2") --set pipeline.schedule="$1" \
+    --set pipeline.fit_schedule=$([ "${3:-}" = unit ] && echo false || echo true)
+}
+name_of() { echo "$1/m=$2${3:+/$3}"; }
+torch_run() {  # [GLIBC_TUNABLES] -> median step time
+  (cd "$root/bench" && GLIBC_TUNABLES=${1:-} OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 |
+     sed -n 's/step_time_s=//p')
+}
 sluice_run() {  # schedule microbatches [unit] -> median step time
-  local out="$tmp/$1_$2${3:+_$3}"
+  local name out
+  name=$(name_of "$@" | tr / _)
+  out="$tmp/run_$name"
   rm -rf "$out"
-  "$sluice" train "$root/configs/quickstart.yaml" --set training.steps="$steps" --set logging.interval="$steps" \
-    --set pipeline.stages=2 --set pipeline.schedule="$1" --set pipeline.microbatches="$2" \
-    --set pipeline.fit_schedule=$([ "${3:-}" = unit ] && echo false || echo true) \
-    --set training.micro_batch_size=$((16 / $2)) --set training.global_batch_size=16 --set job.threads_per_rank=1 \
+  "$sluice" train "$root/configs/quickstart.yaml" $(config_args "$@") --set pipeline.plan="$tmp/plan_$name.pb" \
+    --set training.steps="$steps" --set logging.interval="$steps" \
     --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
-    >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
+    >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
   median_step_time "$out/metrics.jsonl"
 }
 echo "bench/schedules: quickstart GPT (4 x 192, block 128), global batch 16, $rounds rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
-results="$tmp/results"
+# Plans, once: one profile per micro-batch size (on 2 ranks, as training runs), one plan per configuration.
+for c in "${configs[@]}"; do
+  set -- $c
+  prof="$tmp/profile_m$2.pb"
+  if [ ! -f "$prof" ]; then
+    "$sluice" profile "$root/configs/quickstart.yaml" -o "$prof" $(shape_args "$2") >"$prof.log" 2>&1 ||
+      { cat "$prof.log" >&2; exit 1; }
+  fi
+  name=$(name_of "$@" | tr / _)
+  "$sluice" partition "$root/configs/quickstart.yaml" --profile "$prof" -o "$tmp/plan_$name.pb" $(config_args "$@") \
+    >"$tmp/plan_$name.log" 2>&1 || { cat "$tmp/plan_$name.log" >&2; exit 1; }
+done
+echo "  planned ${#configs[@]} configurations" >&2
+results="$tmp/results"  # lines: round position name seconds
 : >"$results"
 for r in $(seq 1 "$rounds"); do
-  t=$(cd "$root/bench" && OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 | sed -n 's/step_time_s=//p')
-  echo "$r torch $t" >>"$results"
-  t=$(cd "$root/bench" && GLIBC_TUNABLES=$heap_kept OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 |
-      sed -n 's/step_time_s=//p')
-  echo "$r torch-heap-kept $t" >>"$results"
+  pos=0
+  echo "$r $((pos++)) torch $(torch_run)" >>"$results"
+  echo "$r $((pos++)) torch-heap-kept $(torch_run "$heap_kept")" >>"$results"
   for c in "${configs[@]}"; do
-    set -- $c
-    echo "$r $1/m=$2${3:+/$3} $(sluice_run "$@")" >>"$results"
+    echo "$r $((pos++)) torch $(torch_run)" >>"$results"
+    echo "$r $((pos++)) $(name_of $c) $(sluice_run $c)" >>"$results"
   done
+  echo "$r $((pos++)) torch $(torch_run)" >>"$results"
   echo "  round $r/$rounds done" >&2
 done
 $py - "$results" "$heap_kept" <<'PY'
-import collections, statistics, sys
-rows = collections.defaultdict(dict)
+import collections, math, statistics, sys
+runs = collections.defaultdict(list)  # round -> [(position, name, seconds)]
 for line in open(sys.argv[1]):
-    r, name, t = line.split()
-    rows[name][int(r)] = float(t)
+    r, p, name, t = line.split()
+    runs[int(r)].append((int(p), name, float(t)))
+times = collections.defaultdict(list)  # name -> step times over rounds
+vs_torch = collections.defaultdict(dict)  # name -> round -> ratio to the PyTorch runs around it
+for r, seq in runs.items():
+    seq.sort()
+    for i, (_, name, t) in enumerate(seq):
+        times[name].append(t)
+        if name == "torch":
+            continue
+        before = [s for _, n, s in seq[:i] if n == "torch"][-1]
+        after = [s for _, n, s in seq[i + 1:] if n == "torch"][0]
+        vs_torch[name][r] = t / math.sqrt(before * after)
 med = statistics.median
-names = list(rows)
 print("\n%-52s %12s %10s %16s %14s" % ("configuration", "step time s", "vs torch", "vs torch heap", "vs 1f1b same m"))
-for n in names:
-    rounds = sorted(rows[n])
-    vt = med(rows[n][r] / rows["torch"][r] for r in rounds)
-    vh = med(rows[n][r] / rows["torch-heap-kept"][r] for r in rounds)
+print("%-52s %12.4f %9.3fx %16s %14s" % ("pytorch eager, 1 process x 2 threads", med(times["torch"]), 1.0, "-", "-"))
+for n, by_round in vs_torch.items():
+    rounds = sorted(by_round)
+    vh = med(by_round[r] / vs_torch["torch-heap-kept"][r] for r in rounds)
     base = "1f1b/m=" + n.split("m=")[1].split("/")[0] if "m=" in n else None
-    vb = med(rows[n][r] / rows[base][r] for r in rounds) if base in rows else None
-    label = {"torch": "pytorch eager, 1 process x 2 threads",
-             "torch-heap-kept": "pytorch eager, 2 threads, heap kept as sluice's"}.get(n, "sluice 2 stages x 1 thread, " + n)
-    print("%-52s %12.4f %9.3fx %15.3fx %14s" % (label, med(rows[n].values()), vt, vh, "-" if vb is None else "%.3fx" % vb))
-print("\nratios are step time / reference step time, median over rounds of the ratio within each round (below 1: faster).")
-print("interleaved and interleaved-zb: 2 stages per rank; /unit: zb order from unit costs, not fitted to the plan's"
-      " stage times; torch heap: PyTorch with GLIBC_TUNABLES=" + sys.argv[2])
+    vb = med(by_round[r] / vs_torch[base][r] for r in rounds) if base in vs_torch else None
+    label = ("pytorch eager, 2 threads, heap kept as sluice's" if n == "torch-heap-kept"
+             else "sluice 2 stages x 1 thread, " + n)
+    print("%-52s %12.4f %9.3fx %15.3fx %14s" % (label, med(times[n]), med(by_round.values()), vh,
+                                                "-" if vb is None else "%.3fx" % vb))
+print("\nvs torch: step time / the geometric mean of the PyTorch runs right before and after it, median over rounds"
+      " (below 1: faster);\nthe other ratios divide two such ratios of the same round. interleaved and interleaved-zb:"
+      " 2 stages per rank;\n/unit: zb order from unit costs, not fitted to the plan's stage times; torch heap: PyTorch"
+      " with GLIBC_TUNABLES=" + sys.argv[2])
 PY
