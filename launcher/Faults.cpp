@@ -76,4 +76,14 @@ void atCheckpointWrite(int rank, int64_t step) {
 
 bool nanAt(int rank, int64_t step) { return matches("nan", rank, step); }
 
+void inProfile(int rank) {
+  const auto& f = fault();
+  if (f.rank != rank) return;
+  if (f.kind == "hang_in_profile") {
+    log::warn("SLUICE_FAULT: this rank stops answering in the profile");
+    ::raise(SIGSTOP);
+  }
+  if (f.kind == "throw_in_profile") throw Error("SLUICE_FAULT: injected failure in the profile on rank " + std::to_string(rank));
+}
+
 }  // namespace sluice::faults

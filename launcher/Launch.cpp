@@ -2,12 +2,8 @@
 
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <cstring>
-
-#include "core/Error.h"
 
 namespace sluice {
 
@@ -25,16 +21,6 @@ LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::st
   plan.argv.insert(plan.argv.end(), extraArgs.begin(), extraArgs.end());
   for (auto& o : overrides) plan.argv.insert(plan.argv.end(), {"--set", o});
   return plan;
-}
-
-void execPlan(const LaunchPlan& plan) {
-  for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
-  std::vector<char*> args;
-  for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  throw Error(std::string("cannot start ") + plan.argv[0] + ": " + std::strerror(errno) +
-              " (install openmpi-bin, or run scripts/setup.sh)");
 }
 
 std::string selfExecutable() {

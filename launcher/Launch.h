@@ -23,9 +23,6 @@ LaunchPlan localMpirunPlan(int worldSize, const std::string& self, const std::st
                            const std::vector<std::string>& overrides, int cores, bool asRoot,
                            const std::string& command = "worker", const std::vector<std::string>& extraArgs = {});
 
-// Replaces this process with the plan's command; throws Error if exec fails.
-[[noreturn]] void execPlan(const LaunchPlan& plan);
-
 // Path of the running executable.
 std::string selfExecutable();
 

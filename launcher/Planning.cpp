@@ -7,6 +7,7 @@
 
 #include "core/Error.h"
 #include "core/Log.h"
+#include "launcher/Faults.h"
 #include "memory/SwapTier.h"
 #include "partition/Refill.h"
 #include "pipeline/Schedule.h"
@@ -30,6 +31,7 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   partition::averageOverRanks(profile, comm);  // the refill pieces come from the node times: the same on every rank
   // Note [refill after a wait] (partition/Refill.h): what a stage's work loses when its rank waited.
   log::info("profile: timing forwards and backwards right after a wait ...");
+  faults::inProfile(comm.rank());  // tests/cli/faults.sh: a failure here must end every rank
   profile.refill = partition::measureRefill(graph, inputs, profile, comm);
   log::info("profile: refill " + profile.refill.describe());
   torch::Tensor output;

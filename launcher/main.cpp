@@ -143,13 +143,17 @@ int runProfile(const Args& a, int argc, char** argv) {
   if (a.output.empty()) throw sluice::ConfigError("sluice: profile needs -o FILE\n\n" + std::string(kUsage));
   auto config = sluice::Config::load(a.config, a.overrides);
   if (!sluice::Communicator::launchedByMpi()) {
-    auto plan = sluice::localMpirunPlan(2, sluice::selfExecutable(), a.config, a.overrides, sluice::hardwareCores(),
-                                        geteuid() == 0, "profile", {"-o", a.output});
-    sluice::execPlan(plan);
+    // mpirun as a child, as for `train`: a failing rank is named once, without Open MPI's chatter.
+    sluice::SupervisedJob job;
+    job.plan = sluice::localMpirunPlan(2, sluice::selfExecutable(), a.config, a.overrides, sluice::hardwareCores(),
+                                       geteuid() == 0, "profile", {"-o", a.output});
+    return sluice::superviseJob(job);
   }
   sluice::Communicator::initialize(&argc, &argv);
   auto world = sluice::Communicator::world();
   sluice::log::setRank(world.rank());
+  // A wait on a peer gives up as training's start-up does (the profile is part of it there).
+  sluice::Communicator::setWaitTimeout(config.cluster.initTimeoutS);
   try {
     at::set_num_threads(sluice::threadsForRank(config, sluice::hardwareCores(), world.size()));
     // The swap tier is timed where training would swap (memory.swap_dir).
@@ -165,7 +169,7 @@ int runProfile(const Args& a, int argc, char** argv) {
     }
     world.barrier();
   } catch (const std::exception& e) {
-    sluice::log::error("profile failed: " + messageOf(e));
+    sluice::log::error("this rank failed: profile: " + messageOf(e));  // the supervisor's root cause
     sluice::Communicator::abortAll(1);
   }
   sluice::Communicator::finalize();

@@ -2,7 +2,9 @@
 # Failures on real ranks (2-stage jobs under `sluice train`, faults injected
 # with SLUICE_FAULT, see launcher/Faults.h) end the job with the failing rank's
 # message, a non-zero exit and no rank left behind; a stuck rank is named by
-# the watchdog; the NaN policy drops or stops. Each run is bounded by
+# the watchdog; the NaN policy drops or stops; a rank that throws or stops
+# inside the profile's collectives (`sluice profile` and training's start-up)
+# ends every rank too. Each run is bounded by
 # `timeout` so that a hang fails the test instead of stalling CI.
 source "$(dirname "$0")/lib.sh"
 small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
@@ -78,3 +80,35 @@ SLUICE_FAULT=nan:rank=0:step=3 run nan_abort || rc=$?
 grep -qE "sluice: the job failed: rank 0: step 3: the gradient of \S+ is not finite" "$TMP/nan_abort.log" ||
   { cat "$TMP/nan_abort.log"; fail "nan abort: no message"; }
 echo "ok: nan_policy abort: $(grep -o 'step 3: the gradient.*finite' "$TMP/nan_abort.log")"
+
+# The profile's collective part (the refill measurement after the node
+# timing): a rank that throws there, or stops answering, ends every rank of
+# `sluice profile` and of training's start-up (cluster.init_timeout_s), and
+# no profile file is written.
+# profile_run NAME COMMAND [--set ...]: `sluice COMMAND` (profile or train) on the small model, bounded
+# by `timeout`; its output in TMP/NAME.log, a profile in TMP/NAME.pb.
+profile_run() {
+  local name=$1 cmd=$2; shift 2
+  local out=()
+  [ "$cmd" = profile ] && out=(-o "$TMP/$name.pb")
+  timeout 120 "$SLUICE" "$cmd" "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" \
+    "${out[@]}" "$@" >"$TMP/$name.log" 2>&1
+}
+check_profile_fault() {  # NAME EXIT MESSAGE_REGEX
+  [ "$2" -ne 0 ] && [ "$2" -ne 124 ] || { cat "$TMP/$1.log"; fail "$1: exit $2"; }
+  grep -qE "$3" "$TMP/$1.log" || { cat "$TMP/$1.log"; fail "$1: no message matching '$3'"; }
+  ! grep -qE "ORTE_ERROR_LOG|MPI_ABORT was invoked|show_help" "$TMP/$1.log" || fail "$1: Open MPI noise printed"
+  [ ! -e "$TMP/$1.pb" ] || fail "$1: wrote a profile"
+  ! pgrep -f "job.output_dir=$TMP/$1( |$)" >/dev/null || fail "$1: ranks still running"
+  echo "ok: $1: $(grep -oE "$3" "$TMP/$1.log" | head -1)"
+}
+rc=0
+SLUICE_FAULT=throw_in_profile:rank=1 profile_run profile_throw profile || rc=$?
+check_profile_fault profile_throw "$rc" "sluice: the job failed: rank 1: profile: SLUICE_FAULT: injected failure in the profile on rank 1"
+[ "$(grep -c "injected failure" "$TMP/profile_throw.log")" -eq 1 ] || fail "profile_throw: message not printed once"
+rc=0
+SLUICE_FAULT=hang_in_profile:rank=0 profile_run profile_hang profile --set cluster.init_timeout_s=3 || rc=$?
+check_profile_fault profile_hang "$rc" "sluice: the job failed: rank 1: profile: timed out after 3 s waiting for [a-z_]+ "
+rc=0
+SLUICE_FAULT=hang_in_profile:rank=1 profile_run train_profile_hang train --set cluster.init_timeout_s=3 || rc=$?
+check_profile_fault train_profile_hang "$rc" "sluice: the job failed: rank 0: timed out after 3 s waiting for [a-z_]+ "
