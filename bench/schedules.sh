@@ -104,8 +104,10 @@ for r, seq in runs.items():
         after = [s for _, n, s in seq[i + 1:] if n == "torch"][0]
         vs_torch[name][r] = t / math.sqrt(before * after)
 med = statistics.median
-print("\n%-52s %12s %10s %16s %14s" % ("configuration", "step time s", "vs torch", "vs torch heap", "vs 1f1b same m"))
-print("%-52s %12.4f %9.3fx %16s %14s" % ("pytorch eager, 1 process x 2 threads", med(times["torch"]), 1.0, "-", "-"))
+print("\n%-52s %12s %10s %14s %16s %14s" % ("configuration", "step time s", "vs torch", "(range)", "vs torch heap",
+                                           "vs 1f1b same m"))
+print("%-52s %12.4f %9.3fx %14s %16s %14s" % ("pytorch eager, 1 process x 2 threads", med(times["torch"]), 1.0, "-", "-",
+                                           "-"))
 for n, by_round in vs_torch.items():
     rounds = sorted(by_round)
     vh = med(by_round[r] / vs_torch["torch-heap-kept"][r] for r in rounds)
@@ -113,10 +115,11 @@ for n, by_round in vs_torch.items():
     vb = med(by_round[r] / vs_torch[base][r] for r in rounds) if base in vs_torch else None
     label = ("pytorch eager, 2 threads, heap kept as sluice's" if n == "torch-heap-kept"
              else "sluice 2 stages x 1 thread, " + n)
-    print("%-52s %12.4f %9.3fx %15.3fx %14s" % (label, med(times[n]), med(by_round.values()), vh,
-                                                "-" if vb is None else "%.3fx" % vb))
+    spread = "%.3f-%.3f" % (min(by_round.values()), max(by_round.values()))
+    print("%-52s %12.4f %9.3fx %14s %15.3fx %14s" % (label, med(times[n]), med(by_round.values()), spread, vh,
+                                                     "-" if vb is None else "%.3fx" % vb))
 print("\nvs torch: step time / the geometric mean of the PyTorch runs right before and after it, median over rounds"
-      " (below 1: faster);\nthe other ratios divide two such ratios of the same round. interleaved and interleaved-zb:"
+      " (below 1: faster; range: over rounds);\nthe other ratios divide two such ratios of the same round. interleaved and interleaved-zb:"
       " 2 stages per rank;\n/unit: zb order from unit costs, not fitted to the plan's stage times; torch heap: PyTorch"
       " with GLIBC_TUNABLES=" + sys.argv[2])
 PY
