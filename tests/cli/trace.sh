@@ -42,7 +42,8 @@ grep -q "storages swapped to file" "$TMP/swap.log" || { cat "$TMP/swap.log"; fai
 # The ranks whose stage swaps (a plan near the smallest budget may swap on one stage only).
 swapping=$(grep -o "\[rank [0-9]*\] stage [0-9]* memory plan: [1-9][0-9]* storages swapped" "$TMP/swap.log" |
   awk '{ gsub(/\]/, "", $2); printf "%s%s", (n++ ? "," : ""), $2 }')
-"$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/swap/trace.json" 2 4 swap "$swapping" || fail "trace.json of the swapping run"
+"$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/swap/trace.json" 2 4 swap "$swapping" || {
+  cat "$TMP/swap.plan.log"; grep -E "memory plan|swap" "$TMP/swap.log"; fail "trace.json of the swapping run (swapping ranks: '$swapping')"; }
 # Full recompute and DistAdam on 2 stages x 2 replicas.
 OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.data_parallel=2 \
   --set optimizer.name=dist_adam --set training.micro_batch_size=2 --set memory.policy=full_recompute \
