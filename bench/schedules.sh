@@ -43,6 +43,7 @@ config_args() {  # schedule microbatches [unit]
     --set pipeline.fit_schedule=$([ "${3:-}" = unit ] && echo false || echo true)
 }
 name_of() { echo "$1/m=$2${3:+/$3}"; }
+plan_of() { echo "$tmp/plan_$(name_of "$@" | tr / _).pb"; }  # schedule microbatches [unit] -> its plan file
 torch_run() {  # [GLIBC_TUNABLES] -> median step time
   (cd "$root/bench" && GLIBC_TUNABLES=${1:-} OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 |
      sed -n 's/step_time_s=//p')
@@ -52,7 +53,7 @@ sluice_run() {  # schedule microbatches [unit] -> median step time
   name=$(name_of "$@" | tr / _)
   out="$tmp/run_$name"
   rm -rf "$out"
-  "$sluice" train "$root/configs/quickstart.yaml" $(config_args "$@") --set pipeline.plan="$tmp/plan_$name.pb" \
+  "$sluice" train "$root/configs/quickstart.yaml" $(config_args "$@") --set pipeline.plan="$(plan_of "$@")" \
     --set training.steps="$steps" --set logging.interval="$steps" \
     --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
@@ -68,9 +69,9 @@ for c in "${configs[@]}"; do
     "$sluice" profile "$root/configs/quickstart.yaml" -o "$prof" $(shape_args "$2") >"$prof.log" 2>&1 ||
       { cat "$prof.log" >&2; exit 1; }
   fi
-  name=$(name_of "$@" | tr / _)
-  "$sluice" partition "$root/configs/quickstart.yaml" --profile "$prof" -o "$tmp/plan_$name.pb" $(config_args "$@") \
-    >"$tmp/plan_$name.log" 2>&1 || { cat "$tmp/plan_$name.log" >&2; exit 1; }
+  plan=$(plan_of "$@")
+  "$sluice" partition "$root/configs/quickstart.yaml" --profile "$prof" -o "$plan" $(config_args "$@") \
+    >"$plan.log" 2>&1 || { cat "$plan.log" >&2; exit 1; }
 done
 echo "  planned ${#configs[@]} configurations" >&2
 results="$tmp/results"  # lines: round position name seconds

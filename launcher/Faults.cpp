@@ -77,13 +77,14 @@ void atCheckpointWrite(int rank, int64_t step) {
 bool nanAt(int rank, int64_t step) { return matches("nan", rank, step); }
 
 void inProfile(int rank) {
-  const auto& f = fault();
-  if (f.rank != rank) return;
-  if (f.kind == "hang_in_profile") {
+  // The profile kinds take no step: unset, it is -1.
+  if (matches("hang_in_profile", rank, -1)) {
     log::warn("SLUICE_FAULT: this rank stops answering in the profile");
     ::raise(SIGSTOP);
   }
-  if (f.kind == "throw_in_profile") throw Error("SLUICE_FAULT: injected failure in the profile on rank " + std::to_string(rank));
+  if (matches("throw_in_profile", rank, -1)) {
+    throw Error("SLUICE_FAULT: injected failure in the profile on rank " + std::to_string(rank));
+  }
 }
 
 }  // namespace sluice::faults

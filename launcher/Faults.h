@@ -7,7 +7,8 @@
 //   nan                 turn this rank's gradients to NaN in step S
 //   throw_in_profile    throw an Error in the profile, right before its
 //                       collective refill measurement (no step)
-//   hang_in_profile     stop answering (SIGSTOP) at the same point (no step)
+//   hang_in_profile     stop answering (SIGSTOP) at the same point (no step:
+//                       with one given, neither profile kind fires)
 // Steps count from 0; S applies at the start of that step. Only the first
 // run of a job injects (RESTART_COUNT unset or 0), so a restart can succeed.
 // Without SLUICE_FAULT every call here returns at once.
