@@ -13,8 +13,9 @@
 #   on one stage; op-level cuts split it: where op-level cuts matter most,
 #   as for any model with fewer heavy layers than stages can share evenly).
 # ROUNDS paired rounds, each profiling every model, planning it with every
-# method and training every distinct split once, predicted again from a
-# profile taken right before its run. For each method: the cut(s), predicted
+# method and training every distinct split once between two profiles: the
+# one taken right before its run and the one right after it (which is the
+# next run's before), its prediction the mean of the two. For each method: the cut(s), predicted
 # and measured step time (medians over rounds), and the medians over rounds
 # of its measured/predicted ratio and of its ratio to the profile plan's step
 # time in the same round. Then the cost model's accuracy per stage: predicted
@@ -36,6 +37,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# plan_cuts PROFILE OUT: the current method's cuts planned on PROFILE (OUT.pb, its table in OUT.plan).
+plan_cuts() {
+  "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$1" \
+    --set "pipeline.cuts=[${cut[$method]}]" -o "$2.pb" >"$2.plan" 2>&1 || { cat "$2.plan"; exit 1; }
+}
+# stage_compute PLAN_TABLE STAGE: the plan's compute per micro-batch of STAGE in ms (forward + backward +
+# extra: loss, swap stall, recompute, refill after waits), from the row "S [A, B) PARAMS UNIT FWD BWD COMM EXTRA ...".
+stage_compute() {
+  awk -v s="$2" '$1 == s && $2 ~ /^\[/ { sub(/^[^)]*\)/, ""); print $3 + $4 + $6; exit }' "$1"
+}
 common_args() {
   echo --set pipeline.stages=2 --set job.threads_per_rank=1 --set training.steps="$steps" --set logging.interval="$steps"
 }
@@ -53,16 +64,19 @@ echo "bench/partition: 2 ranks x 1 thread, $rounds paired rounds of $steps steps
 
 # Rounds: each profiles every model, plans it with every method and trains
 # every distinct split once (a method whose cut equals an earlier method's
-# shares its run: the same split is the same job), each split planned again
-# for its cuts from a profile taken right before its run: this machine's
-# speed drifts by 10-20% over minutes, so a profile taken minutes before a run
-# would measure the drift, not the cost model.
+# shares its run: the same split is the same job). Profiles and runs
+# alternate (profile, run, profile, run, ..., profile), and each run is
+# predicted for its cuts from the profile right before it and the one right
+# after it, the mean of the two: this machine's speed drifts by 10-30% over
+# tens of seconds, so a profile taken on one side of a run only would measure
+# the drift as well as the cost model.
 for ((r = 1; r <= rounds; ++r)); do
   echo "round $r of $rounds ..." >&2
   for label in "${models[@]}"; do
     read -r -a args <<<"$(common_args) ${extra[$label]}"
     prof="$tmp/$label.r$r.prof.pb"
     "$sluice" profile "${config[$label]}" "${args[@]}" -o "$prof" >"$prof.log" 2>&1 || { cat "$prof.log"; exit 1; }
+    before=$prof  # the profile taken right before the next run
     declare -A cut=() runof=()
     for method in "${methods[@]}"; do
       plan="$tmp/$label.$method.r$r"
@@ -83,19 +97,23 @@ for ((r = 1; r <= rounds; ++r)); do
       echo "${cut[$method]}" >>"$tmp/$label.$method.cuts"
       [ "${runof[$method]}" = "$method" ] || { echo "${runof[$method]}" >>"$tmp/$label.$method.shared"; continue; }
       fresh="$tmp/$label.$method.r$r.fresh"
-      "$sluice" profile "${config[$label]}" "${args[@]}" -o "$fresh.prof.pb" >"$fresh.prof.log" 2>&1 ||
-        { cat "$fresh.prof.log"; exit 1; }
-      "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$fresh.prof.pb" \
-        --set "pipeline.cuts=[${cut[$method]}]" -o "$fresh.pb" >"$fresh.plan" 2>&1 || { cat "$fresh.plan"; exit 1; }
-      grep -o "predicted step time [0-9.]*" "$fresh.plan" | awk '{print $4 / 1000}' >"$tmp/$label.$method.r$r.predicted"
+      plan_cuts "$before" "$fresh.before"
       out="$tmp/$label.$method.r$r.run"
-      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$fresh.pb" \
+      "$sluice" train "${config[$label]}" "${args[@]}" --set pipeline.plan="$fresh.before.pb" \
         --set logging.measure_memory=true --set job.output_dir="$out" >"$out.log" 2>&1 || { cat "$out.log"; exit 1; }
+      "$sluice" profile "${config[$label]}" "${args[@]}" -o "$fresh.after.prof.pb" >"$fresh.after.prof.log" 2>&1 ||
+        { cat "$fresh.after.prof.log"; exit 1; }
+      plan_cuts "$fresh.after.prof.pb" "$fresh.after"
+      before=$fresh.after.prof.pb
+      cat "$fresh.before.plan" "$fresh.after.plan" | grep -o "predicted step time [0-9.]*" |
+        awk '{ s += $4 } END { print s / NR / 1000 }' >"$tmp/$label.$method.r$r.predicted"
       median_step_time "$out/metrics.jsonl" >"$tmp/$label.$method.r$r.step"
       declare -a pc=() mc=()
       for stage in 0 1; do
         log="$out/logs/rank_$stage.log"
-        pc[$stage]=$(grep -o "compute per micro-batch [0-9.]* ms" "$log" | awk '{print $4}')
+        # Predicted: the mean of the plans from the profiles before and after the run.
+        pc[$stage]=$(awk -v a="$(stage_compute "$fresh.before.plan" "$stage")" \
+          -v b="$(stage_compute "$fresh.after.plan" "$stage")" 'BEGIN { print (a + b) / 2 }')
         mc[$stage]=$(grep -o "compute per micro-batch: [0-9.]* ms" "$log" | awk '{print $4}')
       done
       for stage in 0 1; do
