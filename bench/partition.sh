@@ -159,7 +159,8 @@ done
 
 echo
 echo "cost model accuracy per stage (compute = forward + backward + loss per micro-batch, with the refill after waits"
-echo "the plan predicts (partition/Refill.h); error = median over the rounds that ran the split of (predicted - measured)"
+echo "the plan predicts (partition/Refill.h); predicted = the mean of the plans from the profiles right before and after"
+echo "the run; error = median over the rounds that ran the split of (predicted - measured)"
 echo "/ measured; 'no refill' = the same without the refill; 'vs both' = predicted/measured of the stage over that of"
 echo "both stages together, - 1: the error in how the model divides the work, which the machine's drift between"
 echo "profile and run does not move; memory = peak saved activations)"
