@@ -45,7 +45,8 @@ plan_cuts() {
 # stage_compute PLAN_TABLE STAGE: the plan's compute per micro-batch of STAGE in ms (forward + backward +
 # extra: loss, swap stall, recompute, refill after waits), from the row "S [A, B) PARAMS UNIT FWD BWD COMM EXTRA ...".
 stage_compute() {
-  awk -v s="$2" '$1 == s && $2 ~ /^\[/ { sub(/^[^)]*\)/, ""); print $3 + $4 + $6; exit }' "$1"
+  awk -v s="$2" '$1 == s && $2 ~ /^\[/ { sub(/^[^)]*\)/, ""); print $3 + $4 + $6; found = 1; exit }
+    END { if (!found) { print "bench/partition: no row for stage " s " in " FILENAME > "/dev/stderr"; exit 1 } }' "$1"
 }
 common_args() {
   echo --set pipeline.stages=2 --set job.threads_per_rank=1 --set training.steps="$steps" --set logging.interval="$steps"
@@ -112,8 +113,8 @@ for ((r = 1; r <= rounds; ++r)); do
       for stage in 0 1; do
         log="$out/logs/rank_$stage.log"
         # Predicted: the mean of the plans from the profiles before and after the run.
-        pc[$stage]=$(awk -v a="$(stage_compute "$fresh.before.plan" "$stage")" \
-          -v b="$(stage_compute "$fresh.after.plan" "$stage")" 'BEGIN { print (a + b) / 2 }')
+        a=$(stage_compute "$fresh.before.plan" "$stage") && b=$(stage_compute "$fresh.after.plan" "$stage") || exit 1
+        pc[$stage]=$(awk -v a="$a" -v b="$b" 'BEGIN { print (a + b) / 2 }')
         mc[$stage]=$(grep -o "compute per micro-batch: [0-9.]* ms" "$log" | awk '{print $4}')
       done
       for stage in 0 1; do
