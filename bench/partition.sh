@@ -15,8 +15,8 @@
 # ROUNDS paired rounds, each profiling every model, planning it with every
 # method and training every distinct split once between two profiles: the
 # one taken right before its run and the one right after it (which is the
-# next run's before), its prediction the mean of the two. For each method: the cut(s), predicted
-# and measured step time (medians over rounds), and the medians over rounds
+# next run's before), its prediction the mean of the two. For each method:
+# the cut(s), predicted and measured step time (medians over rounds), and the medians over rounds
 # of its measured/predicted ratio and of its ratio to the profile plan's step
 # time in the same round. Then the cost model's accuracy per stage: predicted
 # forward+backward(+loss) per micro-batch vs what training measured (the
