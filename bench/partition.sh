@@ -16,13 +16,13 @@
 # method and training every distinct split once between two profiles: the
 # one taken right before its run and the one right after it (which is the
 # next run's before), its prediction the mean of the two. For each method:
-# the cut(s), predicted and measured step time (medians over rounds), and the medians over rounds
-# of its measured/predicted ratio and of its ratio to the profile plan's step
-# time in the same round. Then the cost model's accuracy per stage: predicted
-# forward+backward(+loss) per micro-batch vs what training measured (the
-# median of the per-round errors), and predicted vs measured peak saved
-# activations. Last, the partitioner's own
-# speed on a 5,000-node chain into 8 stages.
+# the cut(s), predicted and measured step time (medians over rounds), and
+# the medians over rounds of its measured/predicted ratio and of its ratio
+# to the profile plan's step time in the same round. Then the cost model's
+# accuracy per stage: predicted forward+backward(+loss) per micro-batch vs
+# what training measured (the median of the per-round errors), and predicted
+# vs measured peak saved activations. Last, the partitioner's own speed on a
+# 5,000-node chain into 8 stages.
 # Asserts nothing.   usage: bench/partition.sh [ROUNDS] [STEPS]   (default 5 rounds of 20 steps)
 #   BENCH_MODELS="one_block odd_layers" picks models (default all four).
 set -euo pipefail
