@@ -2,7 +2,7 @@
 # bench/distadam: a GPT trained data-parallel on 2 ranks (1 thread each):
 # Sluice's DistAdam with hook-driven reduce-scatter vs reduce-scatter after
 # backward vs plain all-reduce AdamW, and PyTorch's DDP + ZeroRedundancyOptimizer
-# (AdamW, Gloo; Debian's python3-torch) on the same sizes, all in this run.
+# (AdamW, Gloo; torch 2.11 from scripts/setup.sh's environment) on the same sizes, all in this run.
 # Prints median step times (after 3 warm-up steps), ratios and optimizer bytes per rank.
 #   usage: bench/distadam.sh [STEPS] [ROUNDS]   (default 15 steps, 5 paired rounds: every round runs every
 #   configuration once; ratios are medians over rounds of the ratio within a round)
@@ -26,10 +26,10 @@ common=(--set data.name=synthetic --set model.layers=$layers --set model.embd=$e
         --set job.threads_per_rank=1 --set optimizer.name=dist_adam --set optimizer.schedule=constant
         --set optimizer.warmup_steps=0)
 rounds=${2:-5}
-py=/usr/bin/python3
+py=$SLUICE_PYTHON  # torch 2.11, the PyTorch side (scripts/setup.sh)
 have_torch=0
 $py -c "import torch.distributed" 2>/dev/null && have_torch=1 ||
-  echo "bench/distadam: python3-torch could not be imported; the PyTorch row is left out" >&2
+  echo "bench/distadam: torch could not be imported from $py; the PyTorch row is left out" >&2
 torch_args=(--layers $layers --embd $embd --heads $heads --block $block --micro-batch $mbs --microbatches $m
             --steps "$steps")
 hosts=${BENCH_HOSTS:-1}

@@ -1,6 +1,6 @@
 """PyTorch peer for bench/distadam.sh: the same GPT trained data-parallel on 2
 processes with DistributedDataParallel + ZeroRedundancyOptimizer(AdamW) over
-Gloo (Debian's python3-torch), gradient accumulation with no_sync(). Prints
+Gloo (torch 2.11, scripts/setup.sh's environment), gradient accumulation with no_sync(). Prints
 `step_time_s=<median> optimizer_bytes=<per rank>` from rank 0. Spawns both
 processes here, or with --rank runs one of them (on two hosts: --master names
 rank 0's host; GLOO_SOCKET_IFNAME picks the interface)."""

@@ -22,8 +22,8 @@ source "$root/scripts/env.sh"
 source "$root/bench/lib.sh"
 rounds=${1:-5}
 steps=${2:-15}
-py=/usr/bin/python3
-$py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs python3-torch (scripts/setup.sh installs it)" >&2; exit 1; }
+py=$SLUICE_PYTHON  # torch 2.11, the PyTorch side (scripts/setup.sh)
+$py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs torch in $py (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # "SCHEDULE M [unit]": unit runs zb-h1 / interleaved-zb in the unit-cost order

@@ -1,28 +1,41 @@
-// core::Communicator: tensors over Open MPI (CPU tensors; a CUDA build adds NCCL).
+// core::Communicator: tensors between ranks, over a backend chosen by the
+// tensor's device (core/CommBackend.h): CPU tensors over Open MPI; CUDA
+// tensors over NCCL where one is attached (withDeviceBackend), else over
+// MPI through host staging (core/MpiBackend.h, Note [host staging]).
 //
 // Contract
-// - Collective calls must be made by every rank of the communicator in the same
-//   order (MPI semantics); p2p calls pair by (peer, tag).
-// - Blocking calls return when the local buffers may be reused. Nonblocking
-//   calls return a Work; wait() blocks until done and then runs the checks that
-//   need the data (a p2p receive compares the sender's shape/dtype with the
-//   expected ones and throws CommError on mismatch). A Work destroyed before
-//   wait() waits in its destructor: MPI must never write into freed memory.
+// - Collective calls must be made by every rank of the communicator in the
+//   same order (MPI and NCCL semantics); p2p calls pair by (peer, tag), and
+//   on NCCL also by order: between two ranks, messages in one direction are
+//   received in the order they were sent (one NCCL communicator per ordered
+//   pair of ranks), which the header's tag checks (Note [p2p header]).
+// - Nonblocking calls return a Work. What wait() blocks: MPI: the host until
+//   the operation is done and its checks passed (a p2p receive compares the
+//   sender's shape/dtype/tag with the expected ones and throws CommError on
+//   a mismatch); NCCL: nothing on the host: the caller's current CUDA stream
+//   waits for the operation (which runs on the communicator's own stream),
+//   and the receive's header is checked by the NCCL watchdog, which aborts
+//   the communicator on a mismatch. A Work destroyed before wait() waits in
+//   its destructor: no library may write into freed memory.
 //   Note [abandoned work]: while an exception unwinds (and after a wait timed
 //   out), a pending Work is abandoned instead: its requests and buffers are
 //   kept alive, never freed, so that the error reaches the caller (who ends
 //   the job) rather than waiting forever on a peer that will never answer.
-// - Watchdog: every wait (all blocking calls are nonblocking calls plus a
-//   wait) gives up after setWaitTimeout() seconds (0: never) with a CommError
-//   naming the operation, the peer and tag, and what the thread was doing
-//   (CommActivity, e.g. "step 7, micro-batch 2, recv activation").
-// - Tensors must be contiguous CPU tensors; reductions support float, double,
-//   int32 and int64. Averages are a sum followed by a division by size().
-// - Every communicator returns MPI errors (MPI_ERRORS_RETURN) instead of
-//   aborting; every failed MPI call throws CommError naming the operation, the
-//   rank and, for p2p, the peer and tag.
-// - Thread use: one thread at a time per communicator (MPI_THREAD_SERIALIZED
-//   or better is requested at initialize()).
+// - Watchdog: every wait gives up after setWaitTimeout() seconds (0: never)
+//   with a CommError naming the operation, the peer and tag, and what the
+//   thread was doing (CommActivity, e.g. "step 7, micro-batch 2, recv
+//   activation"). NCCL operations are watched by the backend's own thread
+//   under the same timeout (ncclCommGetAsyncError, then ncclCommAbort): a
+//   failed or timed-out NCCL communicator throws that error from every later
+//   call on it.
+// - Tensors must be contiguous, CPU or CUDA. Reductions support float,
+//   double, int32 and int64 (NCCL also half and bfloat16). Averages are a
+//   sum followed by a division by size() on every backend.
+// - Errors are CommErrors naming the operation, the rank and, for p2p, the
+//   peer and tag; no backend aborts the process by itself.
+// - Thread use: one thread at a time per communicator (MPI_THREAD_MULTIPLE
+//   is requested at initialize(), so several communicators may be used from
+//   several threads).
 //
 // Usage:
 //   sluice::Communicator::initialize(&argc, &argv);
@@ -30,84 +43,97 @@
 //   auto t = torch::ones({4});
 //   world.allReduce(t);                        // sum over ranks, in place
 //   auto pair = world.split(world.rank() / 2); // sub-communicators
+//   auto gpu = pair.withDeviceBackend(CommBackendKind::Nccl, torch::Device(torch::kCUDA, 0));
+//   auto g = torch::ones({4}, torch::kCUDA);
+//   gpu.allReduce(g);                          // over NCCL, ordered on the current stream
 #pragma once
 
 #include <torch/torch.h>
-#include <mpi.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/CommActivity.h"
+#include "core/CommBackend.h"
+
 namespace sluice {
 
-enum class ReduceOp { Sum, Average, Max, Min };
+class MpiBackend;
+
+// The backends a job can choose for its CUDA tensors (job.backend), one row each.
+struct CommBackendInfo {
+  CommBackendKind kind;
+  const char* name;
+  const char* summary;
+};
+const std::vector<CommBackendInfo>& commBackendKinds();
+const char* commBackendName(CommBackendKind kind);
+// Throws ConfigError listing the names.
+CommBackendKind parseCommBackend(const std::string& name);
+// True when this build can create `kind` (NCCL needs a CUDA build).
+bool commBackendBuilt(CommBackendKind kind);
+// The backend for a job's CUDA tensors: `requested`, or with nullopt (auto)
+// NCCL when the build has it and no GPU is shared by two ranks, else MPI.
+// Throws ConfigError when NCCL is requested and cannot work (no CUDA build,
+// or gpusShared: more ranks on some host than it has GPUs).
+CommBackendKind chooseDeviceBackend(std::optional<CommBackendKind> requested, bool gpusShared);
 
 // What the receiver expects; checked against the sender's header on receipt.
 struct TensorSpec {
   std::vector<int64_t> shape;
   c10::ScalarType dtype = c10::kFloat;
+  c10::Device device = c10::kCPU;  // where the received tensor is placed
   std::string describe() const;
-};
-
-// What this thread is doing, for error and timeout messages; scopes nest
-// ("step 7" then "micro-batch 2, recv activation").
-class CommActivity {
- public:
-  explicit CommActivity(std::string what);
-  ~CommActivity();
-  CommActivity(const CommActivity&) = delete;
-  CommActivity& operator=(const CommActivity&) = delete;
-  static std::string current();  // "" when none
 };
 
 // A pending nonblocking operation. Movable, not copyable.
 class Work {
  public:
   Work() = default;
-  Work(std::vector<MPI_Request> requests, std::vector<torch::Tensor> keepAlive,
-       std::function<void()> onComplete, std::string what);
+  Work(std::unique_ptr<PendingOp> op, std::string what);
   Work(Work&& other) noexcept;
   Work& operator=(Work&& other) noexcept;
   Work(const Work&) = delete;
   Work& operator=(const Work&) = delete;
   ~Work();
 
-  // Blocks until the operation completed, then runs its completion checks.
+  // Blocks (under the watchdog) until the operation completed, then runs its
+  // completion checks; see the contract for what an NCCL wait blocks.
   void wait();
   // Nonblocking: true (after the completion checks, releasing the buffers)
   // once the operation completed; false while it is still in flight.
   bool test();
-  bool pending() const { return !requests_.empty(); }
+  bool pending() const { return op_ != nullptr; }
 
  private:
   void abandon();
-  [[noreturn]] void fail(int mpiError);  // abandons, then throws CommError
-  void finish();                          // after completion: release, run onComplete
-  std::vector<MPI_Request> requests_;
-  std::vector<torch::Tensor> keepAlive_;
-  std::function<void()> onComplete_;
+  std::unique_ptr<PendingOp> op_;
   std::string what_;
 };
 
-// Result of a receive: the tensor and the sender's requires_grad flag.
+// Result of a receive: the tensor and the sender's requires_grad flag
+// (unknown over NCCL, whose receiver's host does not wait for the header).
 struct Received {
   torch::Tensor tensor;
-  bool requiresGrad = false;
+  std::optional<bool> requiresGrad;
 };
 
 // A nonblocking receive; wait() returns the received tensor.
 class RecvWork {
  public:
   RecvWork() = default;
-  RecvWork(Work work, std::shared_ptr<Received> result) : work_(std::move(work)), result_(std::move(result)) {}
+  RecvWork(Work work, torch::Tensor tensor, std::shared_ptr<std::optional<bool>> requiresGrad)
+      : work_(std::move(work)), tensor_(std::move(tensor)), requiresGrad_(std::move(requiresGrad)) {}
   Received wait();
-  bool valid() const { return result_ != nullptr; }
+  bool valid() const { return requiresGrad_ != nullptr; }
 
  private:
   Work work_;
-  std::shared_ptr<Received> result_;
+  torch::Tensor tensor_;
+  std::shared_ptr<std::optional<bool>> requiresGrad_;
 };
 
 class Communicator {
@@ -137,21 +163,31 @@ class Communicator {
   static double waitTimeout();
 
   Communicator() = default;
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  bool valid() const { return comm_ != nullptr; }
+  int rank() const;
+  int size() const;
+  bool valid() const { return mpi_ != nullptr; }
 
-  // Ranks with the same color form a sub-communicator, ordered by key (default: rank).
+  // Ranks with the same color form a sub-communicator, ordered by key
+  // (default: rank). An attached NCCL backend is split too. Collective.
   Communicator split(int color, int key = -1) const;
+  // This communicator with `kind` carrying its CUDA tensors, on `device`
+  // (this rank's GPU). Collective. Nccl: creates an NCCL communicator (the
+  // unique id goes over MPI) and, with pointToPoint, one per ordered pair of
+  // ranks for p2p; CommError in a build without CUDA, without a device, or
+  // when two ranks of this communicator use the same GPU (they cannot form
+  // an NCCL communicator: use Mpi, host staging). Mpi: nothing to create.
+  Communicator withDeviceBackend(CommBackendKind kind, c10::Device device, bool pointToPoint = true) const;
+  // Which backend carries this communicator's CUDA tensors.
+  CommBackendKind deviceBackend() const;
 
   // --- point to point. Tags must be in [0, kMaxTag]. ---
   static constexpr int kMaxTag = 16000;
   void send(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
   Work isend(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
-  // Receives a tensor whose shape/dtype must equal `expected`.
+  // Receives a tensor whose shape/dtype must equal `expected`, onto expected.device.
   Received recv(const TensorSpec& expected, int src, int tag) const;
   RecvWork irecv(const TensorSpec& expected, int src, int tag) const;
-  // Receives a tensor of any shape/dtype (blocking: reads the header first).
+  // Receives a CPU tensor of any shape/dtype over MPI (blocking: reads the header first).
   Received recvAny(int src, int tag) const;
 
   // --- collectives (in place where the name says so) ---
@@ -164,17 +200,20 @@ class Communicator {
   void allGather(const torch::Tensor& input, torch::Tensor& output) const;
   Work iallGather(const torch::Tensor& input, torch::Tensor& output) const;
   void broadcast(torch::Tensor& tensor, int root) const;
+  // Over MPI: the host waits for every rank.
   void barrier() const;
 
-  MPI_Comm handle() const { return comm_ ? *comm_ : MPI_COMM_NULL; }
   // "rank r", plus its world rank when this is a sub-communicator where they differ.
   std::string peerName(int r) const;
 
  private:
-  explicit Communicator(std::shared_ptr<MPI_Comm> comm);
-  std::shared_ptr<MPI_Comm> comm_;
-  int rank_ = 0;
-  int size_ = 0;
+  explicit Communicator(std::shared_ptr<MpiBackend> mpi, std::shared_ptr<CommBackend> device = nullptr);
+  // The backend that moves `tensor` (NCCL for CUDA tensors when attached, else MPI).
+  CommBackend& backendFor(const torch::Tensor& tensor) const;
+  std::shared_ptr<MpiBackend> mpi_;
+  std::shared_ptr<CommBackend> device_;  // CUDA tensors (NCCL); null: MPI with host staging
+  c10::Device deviceOf_ = c10::kCPU;
+  bool pointToPoint_ = true;
 };
 
 }  // namespace sluice

@@ -34,6 +34,11 @@ std::string blasKind() {
   if (path.find("mkl") != std::string::npos) return "MKL";
   if (path.find("blis") != std::string::npos) return "BLIS";
   if (path.find("/blas/") != std::string::npos) return "reference BLAS (slow: install libopenblas0-openmp)";
+  // PyPI's LibTorch links its BLAS in (MKL on x86-64) and adds oneDNN.
+  if (path.find("libtorch_cpu") != std::string::npos) {
+    return std::string(at::hasMKL() ? "MKL" : "LibTorch's own BLAS") + " (linked into LibTorch)" +
+           (at::hasMKLDNN() ? " + oneDNN" : "");
+  }
   return path;
 }
 

@@ -86,6 +86,18 @@ class MapReader {
   }
   const std::string& path() const { return path_; }
 
+  // A choice by name, parsed into its typed value (parse throws ConfigError
+  // listing the names); `name` is the current value's name (the default).
+  template <class T, class Parse>
+  void getChoice(const std::string& key, T& out, std::string name, Parse parse) {
+    get(key, name);
+    try {
+      out = parse(name);
+    } catch (const ConfigError& e) {
+      throw ConfigError("config error: " + path_ + "." + key + ": " + e.what());
+    }
+  }
+
   // A nested section (e.g. optimizer.dist_adam); marks the key as known here.
   MapReader child(const std::string& key) {
     known_.insert(key);
@@ -200,6 +212,12 @@ void validate(Config& c) {
   require(!c.job.outputDir.empty(), "job.output_dir must not be empty");
   require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
                                          std::to_string(c.job.threadsPerRank));
+  require(c.job.device == DeviceKind::Cpu || cudaBuilt(),
+          "job.device is cuda but this build of Sluice has no CUDA (the CUDA toolkit was not found when it was "
+          "configured); set job.device: cpu or rebuild where the toolkit is installed");
+  require(!(c.job.backend == CommBackendKind::Nccl && c.job.device == DeviceKind::Cpu),
+          "job.backend is nccl but job.device is cpu: NCCL moves GPU tensors; set job.device: cuda or job.backend: "
+          "auto (CPU tensors always go over MPI)");
   auto& m = c.model;
   require(in(m.name, {"gpt", "mlp", "torchscript", "cnn"}),
           "model.name must be gpt, mlp, torchscript or cnn, got '" + m.name + "'");
@@ -411,6 +429,15 @@ Config parse(const YAML::Node& root) {
   job.get("output_dir", c.job.outputDir);
   job.get("seed", c.job.seed);
   job.get("threads_per_rank", c.job.threadsPerRank);
+  job.getChoice("device", c.job.device, deviceKindName(c.job.device), parseDeviceKind);
+  job.getChoice("backend", c.job.backend, "auto", [](const std::string& name) -> std::optional<CommBackendKind> {
+    if (name == "auto") return std::nullopt;
+    try {
+      return parseCommBackend(name);
+    } catch (const ConfigError&) {
+      throw ConfigError("unknown backend '" + name + "' (expected auto | mpi | nccl)");
+    }
+  });
   job.finish();
   MapReader model(root, "model");
   model.get("name", c.model.name);
@@ -497,6 +524,7 @@ Config parse(const YAML::Node& root) {
   logging.get("trace", c.logging.trace);
   logging.get("trace_steps", c.logging.traceSteps);
   logging.get("tensorboard", c.logging.tensorboard);
+  logging.getChoice("transfer_guard", c.logging.transferGuard, "warn", parseTransferGuardMode);
   logging.finish();
   MapReader checkpoint(root, "checkpoint");
   checkpoint.get("dir", c.checkpoint.dir);
@@ -558,7 +586,9 @@ std::string Config::toYaml() const {
   e << YAML::BeginMap;
   e << YAML::Key << "job" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << job.name
     << YAML::Key << "output_dir" << YAML::Value << job.outputDir << YAML::Key << "seed" << YAML::Value << job.seed
-    << YAML::Key << "threads_per_rank" << YAML::Value << job.threadsPerRank << YAML::EndMap;
+    << YAML::Key << "threads_per_rank" << YAML::Value << job.threadsPerRank << YAML::Key << "device" << YAML::Value
+    << deviceKindName(job.device) << YAML::Key << "backend" << YAML::Value
+    << (job.backend ? commBackendName(*job.backend) : "auto") << YAML::EndMap;
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << model.name;
   if (model.name == "gpt") {
     e << YAML::Key << "vocab_size" << YAML::Value << model.vocabSize << YAML::Key << "block_size" << YAML::Value
@@ -618,7 +648,8 @@ std::string Config::toYaml() const {
   e << YAML::Key << "logging" << YAML::Value << YAML::BeginMap << YAML::Key << "interval" << YAML::Value
     << logging.interval << YAML::Key << "measure_memory" << YAML::Value << logging.measureMemory << YAML::Key
     << "trace" << YAML::Value << logging.trace << YAML::Key << "trace_steps" << YAML::Value << YAML::Flow
-    << logging.traceSteps << YAML::Key << "tensorboard" << YAML::Value << logging.tensorboard << YAML::EndMap;
+    << logging.traceSteps << YAML::Key << "tensorboard" << YAML::Value << logging.tensorboard << YAML::Key
+    << "transfer_guard" << YAML::Value << transferGuardModeName(logging.transferGuard) << YAML::EndMap;
   e << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << checkpoint.dir
     << YAML::Key << "interval" << YAML::Value << checkpoint.interval << YAML::Key << "keep_latest_k" << YAML::Value
     << checkpoint.keepLatestK << YAML::Key << "resume" << YAML::Value << checkpoint.resume << YAML::EndMap;

@@ -8,8 +8,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/Communicator.h"
+#include "core/Device.h"
+#include "core/TransferGuard.h"
 
 namespace sluice {
 
@@ -18,6 +23,12 @@ struct JobConfig {
   std::string outputDir = "runs/sluice";  // metrics.jsonl, config.resolved.yaml, logs/ go here
   int64_t seed = 1234;               // model init and data order
   int threadsPerRank = 0;            // LibTorch intra-op threads; 0 = cores / ranks on this node
+  // job.device: cpu | cuda (one GPU per rank: LOCAL_RANK modulo the GPUs present)
+  DeviceKind device = DeviceKind::Cpu;
+  // job.backend: how CUDA tensors travel between ranks: nccl | mpi (host
+  // staging) | auto (nullopt: nccl when every rank has a GPU of its own, else
+  // mpi). CPU tensors always go over MPI.
+  std::optional<CommBackendKind> backend;
 };
 
 // One forward argument (or the targets) of a TorchScript model: the shape of
@@ -144,6 +155,9 @@ struct LoggingConfig {
   bool trace = false;           // logging.trace: a timeline of the traced steps in output_dir/trace.json
   std::vector<int> traceSteps;  // logging.trace_steps: steps to trace; empty = the two after warm-up
   bool tensorboard = false;     // logging.tensorboard: scalars per step in output_dir/tb (TensorBoard)
+  // logging.transfer_guard: off | warn | error: host<->device round trips
+  // inside a training step (core/TransferGuard.h; CUDA jobs)
+  TransferGuardMode transferGuard = TransferGuardMode::Warn;
 };
 
 struct Config {

@@ -187,10 +187,15 @@ std::vector<torch::Tensor> ModelSetup::dataInputs(const data::Batch& batch) cons
   return {batch.input};
 }
 
+void ModelSetup::toDevice(const c10::Device& where) {
+  device = where;
+  if (!where.is_cpu()) module->to(where);
+}
+
 OpGraph ModelSetup::capture(int64_t microBatchSize) const {
   const auto examples = dataInputs(dataset->batch(0, microBatchSize));
   std::vector<NamedTensor> named;
-  for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i]});
+  for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i].to(device)});
   return sluice::capture(*module, forward, named);
 }
 

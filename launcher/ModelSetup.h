@@ -24,6 +24,11 @@ struct ModelSetup {
   std::vector<std::string> inputNames{"input"};  // the graph's data inputs
   std::function<void(bool)> setTraining;         // train / eval mode of the model (BatchNorm, dropout)
   bool targetsAreInputs = false;                 // model.loss: none: forward(input, targets) returns the loss
+  c10::Device device = c10::Device(c10::kCPU);   // where the module lives (toDevice)
+
+  // Moves the module's parameters and buffers to `device`; capture() then
+  // traces there (a traced graph fixes the device of the tensors it makes).
+  void toDevice(const c10::Device& where);
 
   // The graph's data inputs for a batch: {input}, or {input, target}.
   std::vector<torch::Tensor> dataInputs(const data::Batch& batch) const;

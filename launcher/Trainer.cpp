@@ -26,7 +26,10 @@
 #include "launcher/Job.h"
 #include "launcher/Planning.h"
 #include "launcher/Timeline.h"
+#include "core/Device.h"
+#include "core/TransferGuard.h"
 #include "memory/CountingAllocator.h"
+#include "memory/DeviceMemory.h"
 #include "memory/SwapTier.h"
 #include "models/TorchScript.h"
 #include "optim/DistAdam.h"
@@ -38,11 +41,38 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int64_t allocatedNow() { return memory::allocatorStats().currentBytes; }
 
 // The memory plan a rank carries out (only ranks with one stage have one).
 const memory::StageMemory* memoryOf(const pipeline::RankWorker& worker) {
   return worker.size() == 1 ? worker.stage(0).memory() : nullptr;
+}
+
+// job.backend for this job's GPU tensors; collective over the world (every
+// rank learns whether some host runs more ranks than it has GPUs).
+CommBackendKind deviceBackendFor(const Config& c, const RankPlace& place, const Communicator& world) {
+  auto shared = torch::tensor({place.localSize > cudaDevices() ? int64_t{1} : int64_t{0}});
+  world.allReduce(shared, ReduceOp::Max);
+  return chooseDeviceBackend(c.job.backend, shared.item<int64_t>() != 0);
+}
+
+// The metrics report's line on host<->device copies per step (Note [round
+// trip]): by direction, which of them were Sluice's own (data, staging,
+// swap) and how many round trips the guard found.
+std::string transferLine(const TransferCounts& start, const TransferCounts& now, double steps, const c10::Device& device) {
+  if (!device.is_cuda()) return "host<->device copies: none (job.device: cpu)";
+  auto per = [&](int64_t a, int64_t b) { return static_cast<double>(b - a) / steps; };
+  char buf[400];
+  std::snprintf(buf, sizeof(buf),
+                "host<->device copies per step: host->device %.1f (%s), device->host %.1f (%s); of them data %.1f, "
+                "communicator staging %.1f, swap %.1f, log reads %.1f; round trips inside steps: %lld",
+                per(start.copies[0], now.copies[0]),
+                formatBytes(static_cast<int64_t>(per(start.bytes[0], now.bytes[0]))).c_str(),
+                per(start.copies[1], now.copies[1]),
+                formatBytes(static_cast<int64_t>(per(start.bytes[1], now.bytes[1]))).c_str(),
+                per(start.copiesByScope[1], now.copiesByScope[1]), per(start.copiesByScope[2], now.copiesByScope[2]),
+                per(start.copiesByScope[3], now.copiesByScope[3]), per(start.copiesByScope[4], now.copiesByScope[4]),
+                static_cast<long long>(now.roundTrips - start.roundTrips));
+  return buf;
 }
 
 // The step this rank is in, for the fault-injection hook.
@@ -52,7 +82,12 @@ thread_local int64_t currentStep = 0;
 
 Trainer::Trainer(Config config) : c_(std::move(config)) {}
 
-Trainer::~Trainer() { memory::setAllocationLimit(0); }
+Trainer::~Trainer() {
+  try {
+    memory::setDeviceAllocationLimit(device_, 0, "");
+  } catch (...) {
+  }
+}
 
 void Trainer::run() {
   setUp();
@@ -106,8 +141,20 @@ void Trainer::setUp() {
   if (place_.nodes > 1) log::setHost(place_.host);
   threads_ = threadsForRank(c_, hardwareCores(), place_.localSize);
   at::set_num_threads(threads_);
+  // This rank's device (job.device): the model is built from the seed on the
+  // host (the same weights everywhere), then moved there and captured there.
+  device_ = rankDevice(c_.job.device, place_.localRank);
+  useDevice(device_);
+  if (device_.is_cuda()) {
+    transfers::setMode(c_.logging.transferGuard);
+    transfers::installHook();
+  }
   setup_ = makeModelSetup(c_);
-  graph_.emplace(setup_.capture(c_.training.microBatchSize));
+  {
+    TransferScope scope(TransferScope::Kind::Setup);
+    setup_.toDevice(device_);
+    graph_.emplace(setup_.capture(c_.training.microBatchSize));
+  }
   // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
   // replica's stages are a pipeline communicator (rank == stage); each stage's
   // replicas are a data-parallel communicator for DistAdam.
@@ -188,6 +235,14 @@ void Trainer::buildStage() {
   const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
   pipelineComm_ = world_.split(dpRank_, stageIndex_);
   dpComm_ = world_.split(stageIndex_, dpRank_);
+  if (device_.is_cuda()) {
+    // GPU tensors between ranks: NCCL (p2p channels on the pipeline, collectives
+    // on the data-parallel group) or MPI with host staging (job.backend).
+    const auto backend = deviceBackendFor(c_, place_, world_);
+    pipelineComm_ = pipelineComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/true);
+    dpComm_ = dpComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/false);
+    if (rank_ == 0) log::info(std::string("device tensors between ranks over ") + commBackendName(backend));
+  }
   // Outputs only once the job is known to be runnable (bad cuts fail above):
   // rank 0 creates the folder, the others wait for it.
   const fs::path out = c_.job.outputDir;
@@ -228,7 +283,7 @@ void Trainer::buildStage() {
     const auto& stage = stages_[i];
     workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
                                                               pipelineComm_, schedule, setup_.loss, mode,
-                                                              boundaryComms_));
+                                                              boundaryComms_, device_));
     const auto& memoryPlan = memoryPlans_[i];
     if (memoryPlan.freesAnything()) {
       SLUICE_CHECK(stages_.size() == 1, PlanError,
@@ -302,6 +357,7 @@ CheckpointLayout Trainer::layout() const {
 }
 
 void Trainer::restore() {
+  TransferScope scope(TransferScope::Kind::Setup);
   const std::string dir = resume_ ? resume_->path : "";
   const fs::path out = c_.job.outputDir;
   if (resume_) {
@@ -388,6 +444,7 @@ void Trainer::exportModel() {
 
 std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   CommActivity activity("checkpoint of step " + std::to_string(stepsDone));
+  TransferScope scope(TransferScope::Kind::Setup);
   RankState state;
   // Full Adam state: collective over the data-parallel group (DistAdam gathers its shards).
   auto adam = optim::adamState(*optimizer_, worker_->trainableParameters());
@@ -414,9 +471,11 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
 
 torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   *skipped = false;
+  transfers::beginStep();  // Note [round trip] (core/TransferGuard.h): the forwards and backwards
   auto micro = microBatchesFor(step);
-  optimizer_->zero_grad();
+  optim::zeroGradients(*optimizer_);
   auto loss = worker_->runMicroBatches(micro);
+  transfers::endStep();  // under logging.transfer_guard: error, throws before any update
   if (faults::nanAt(rank_, step)) {
     torch::NoGradGuard noGrad;
     for (auto& p : worker_->trainableParameters()) p.mutable_grad().fill_(NAN);
@@ -446,11 +505,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
     world_.allReduce(flag, ReduceOp::Max);
     if (hostsync::read<int64_t>(flag) != 0) {
       *skipped = true;
-      if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) {
-        dist->zero_grad();  // finishes its abandoned reductions
-      } else {
-        optimizer_->zero_grad();
-      }
+      optim::zeroGradients(*optimizer_);  // DistAdam: also finishes its abandoned reductions
       if (rank_ == 0) {
         log::warn("step " + std::to_string(step) + ": non-finite gradients, update skipped (training.nan_policy skip)");
       }
@@ -464,6 +519,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
 }
 
 void Trainer::checkNonFinite() {
+  TransferScope scope(TransferScope::Kind::LogRead);
   for (auto& [step, flags] : nanChecks_) {
     if (hostsync::read<bool>(flags.all())) continue;
     const auto f = flags.contiguous();
@@ -503,6 +559,15 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
   for (int i = 0; i < m; ++i) {
     micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs)});
   }
+  // On a GPU each micro-batch goes over once, from pinned memory, without the
+  // host waiting (the copy is ordered on the compute stream before its forward).
+  if (device_.is_cuda()) {
+    TransferScope scope(TransferScope::Kind::Data);
+    for (auto& mb : micro) {
+      mb.input = mb.input.contiguous().pin_memory().to(device_, /*non_blocking=*/true);
+      mb.target = mb.target.contiguous().pin_memory().to(device_, /*non_blocking=*/true);
+    }
+  }
   return micro;
 }
 
@@ -510,6 +575,7 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
 // logging.interval steps. The global loss is the mean of the replicas' losses
 // (equal shares of the global batch); a stage's peak is the max over replicas.
 void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks) {
+  TransferScope scope(TransferScope::Kind::LogRead);
   const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
   auto mine = torch::tensor(peaks, torch::kInt64);
   auto all = torch::zeros({world_.size() * static_cast<int64_t>(peaks.size())}, torch::kInt64);
@@ -571,11 +637,11 @@ void Trainer::train() {
   // What lives outside the model now (data, buffers of the runtime): reported
   // apart. DistAdam's gradient buckets and moments, made at its construction,
   // are the model's (the plan's static bytes), as AdamW's are when they appear.
-  otherBytes_ = allocatedNow() - tensorBytes(setup_.tensorsByName(paramNames_));
+  otherBytes_ = memory::deviceAllocatorStats(device_).currentBytes - tensorBytes(setup_.tensorsByName(paramNames_));
   if (auto* dist = dynamic_cast<optim::DistAdam*>(optimizer_.get())) otherBytes_ -= dist->residentBytes();
   if (c_.memory.hardLimit) {
     const auto budget = static_cast<int64_t>(c_.memory.budgetMb * 1024.0 * 1024.0);
-    memory::setAllocationLimit(budget + otherBytes_, "stage " + std::to_string(stageIndex_));
+    memory::setDeviceAllocationLimit(device_, budget + otherBytes_, "stage " + std::to_string(stageIndex_));
     log::info("memory.hard_limit: allocations beyond " + formatBytesExact(budget) + " for the model (+ " +
               formatBytes(otherBytes_) + " outside it) fail");
   }
@@ -583,6 +649,7 @@ void Trainer::train() {
   auto stopFlags = torch::zeros({1}, torch::kInt64);
   Work stopVote;
   counters_.trafficAtStart = Communicator::traffic();
+  counters_.transfersAtStart = transfers::counts();
   counters_.computeAtStart = worker_->computeTimes().forwardSeconds + worker_->computeTimes().backwardSeconds;
   for (int64_t step = startStep_; step < c_.training.steps; ++step) {
     CommActivity activity("step " + std::to_string(step));
@@ -593,7 +660,7 @@ void Trainer::train() {
     auto t0 = std::chrono::steady_clock::now();
     const double stepLr = lr.at(step);
     optim::setLearningRate(*optimizer_, stepLr);
-    memory::resetPeak();
+    memory::resetDevicePeak(device_);
     bool skipped = false;
     const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
     trace_.setStep(step, traced);
@@ -602,7 +669,7 @@ void Trainer::train() {
     trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
     if (step >= warmSteps_) stepCompute_.push_back(worker_->computeTimes());
     trace_.setStep(step, false);
-    const int64_t peak = memory::allocatorStats().peakBytes - otherBytes_;
+    const int64_t peak = memory::deviceAllocatorStats(device_).peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);
     peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -653,7 +720,7 @@ void Trainer::train() {
     }
   }
   if (stopVote.pending()) stopVote.wait();
-  memory::setAllocationLimit(0);
+  memory::setDeviceAllocationLimit(device_, 0, "");
 }
 
 std::string Trainer::metricsReport() const {
@@ -685,6 +752,7 @@ std::string Trainer::metricsReport() const {
                 static_cast<long long>(c.maxSyncsNonLog),
                 c.logSteps > 0 ? static_cast<double>(c.syncsLog) / c.logSteps : 0.0, static_cast<long long>(c.logSteps));
   std::string out = buf;
+  out += "\n  " + transferLine(c.transfersAtStart, transfers::counts(), n, device_);
   for (auto& cause : sm.recompileCauses) out += "\n  recompiled: " + cause;
   return out;
 }

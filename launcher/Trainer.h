@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "core/Communicator.h"
+#include "core/TransferGuard.h"
 #include "core/GraphSplit.h"
 #include "core/OpGraph.h"
 #include "launcher/Checkpoint.h"
@@ -91,6 +92,7 @@ class Trainer {
   Config c_;
   Communicator world_, pipelineComm_, dpComm_;
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
+  c10::Device device_ = c10::Device(c10::kCPU);  // job.device: this rank's (rankDevice)
   RankPlace place_;
   TraceRecorder trace_;  // logging.trace
   std::vector<std::pair<int64_t, torch::Tensor>> nanChecks_;  // (step, per-parameter finite flags), Note [lazy nan check]
@@ -101,6 +103,7 @@ class Trainer {
     int64_t steps = 0, logSteps = 0, syncsNonLog = 0, syncsLog = 0, maxSyncsNonLog = 0;
     double seconds = 0;
     Communicator::Traffic trafficAtStart;
+    TransferCounts transfersAtStart;  // host<->device copies (core/TransferGuard.h)
     double computeAtStart = 0;
   } counters_;
   std::vector<int64_t> tracedSteps_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/Communicator.h"
+#include "core/Device.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/HeapPolicy.h"
@@ -119,6 +120,10 @@ int printVersion() {
             << "LibTorch " << sluice::torchVersion() << "\n"
             << sluice::mpiLibraryVersion() << "\n"
             << "BLAS: " << sluice::blasKind() << " (" << sluice::loadedBlas() << ")\n"
+            << "CUDA: " << sluice::cudaBuildText() << "; "
+            << (sluice::cudaDevices() > 0 ? std::to_string(sluice::cudaDevices()) + " device(s)"
+                                           : "no device (" + sluice::cudaAbsentReason() + ")")
+            << "\n"
             << "cores: " << sluice::hardwareCores() << "\n";
   return 0;
 }
@@ -251,7 +256,13 @@ int runExport(const Args& a) {
 
 int runTrainOrWorker(const Args& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
-  if (!sluice::Communicator::launchedByMpi()) sluice::checkModelFitsMemory(config, config.worldSize());
+  if (!sluice::Communicator::launchedByMpi()) {
+    sluice::checkModelFitsMemory(config, config.worldSize());
+    // A GPU job on a machine without one stops here, before any rank starts.
+    if (a.command == "train" && config.job.device == sluice::DeviceKind::Cuda) {
+      sluice::rankDevice(config.job.device, 0);
+    }
+  }
   const bool supervise = config.worldSize() > 1 || config.cluster.maxRestarts > 0;
   if (a.command == "train" && supervise && !sluice::Communicator::launchedByMpi()) {
     // mpirun as a child: its output filtered, the root cause named, restarts and preemption handled.

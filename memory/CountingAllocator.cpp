@@ -48,7 +48,7 @@ void raisePeak(int64_t now) {
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t nbytes) const override {
+  c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return {nullptr, nullptr, &countFree, c10::Device(c10::DeviceType::CPU)};
     const auto n = static_cast<int64_t>(nbytes);
     const int64_t now = current.fetch_add(n) + n;
@@ -82,6 +82,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &countFree, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &countFree; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 }  // namespace

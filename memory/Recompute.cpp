@@ -176,7 +176,7 @@ void recompute(Record& target) {
     }
     return nullptr;
   };
-  auto gen = at::detail::getDefaultCPUGenerator();
+  auto gen = at::globalContext().defaultGenerator(c.device);
   at::Tensor generatorBefore;
   if (std::any_of(positions.begin(), positions.end(), [&](int pos) { return rngState(pos) != nullptr; })) {
     std::lock_guard<std::mutex> lock(gen.mutex());

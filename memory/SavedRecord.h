@@ -53,6 +53,7 @@ struct Context {
   MemoryFacts facts;
   std::map<StorageKey, int> factIndex;
   std::string stageName;
+  c10::Device device = c10::Device(c10::kCPU);  // the stage's: its generator draws the random nodes' numbers
   TraceRecorder* trace = nullptr;  // recomputes as trace events (StageMemory::setTrace)
   int backwardMicroBatch = -1;     // the micro-batch in backward (trace events)
 

@@ -17,6 +17,9 @@ thread_local HooksFactory activeFactory;
 // default saved-variable hooks come from; everything else is inherited.
 class HookingEngine : public torch::autograd::Engine {
  public:
+  // LibTorch requires a subclass to stop the device threads before the base
+  // class destructor runs (they call this object's virtuals).
+  ~HookingEngine() override { stop(); }
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
     return activeFactory ? activeFactory() : nullptr;
   }

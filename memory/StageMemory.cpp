@@ -108,6 +108,7 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
   c.plan = std::move(options.plan);
   c.recordFacts = options.recordFacts;
   c.stageName = options.stageName;
+  c.device = options.device;
   const int n = program.numNodes();
   c.inSegment.assign(n, 0);
   c.randomNode.assign(n, 0);
@@ -152,7 +153,7 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
   }
   if (c.plan.swaps()) {
     const std::string dir = options.swapDir.empty() ? defaultSwapDir() : options.swapDir;
-    c.engine = SwapEngine::start(std::make_unique<FileSwapTier>(dir), c.plan.swapWindowBytes);
+    c.engine = SwapEngine::start(makeSwapTier(options.device, dir), c.plan.swapWindowBytes);
   }
 }
 
@@ -216,7 +217,7 @@ void StageMemory::beforeNode(int pos, const std::vector<c10::IValue>& inputs) {
     f.storages[s] = std::move(e);
   }
   if (c.randomNode[pos]) {
-    auto gen = at::detail::getDefaultCPUGenerator();
+    auto gen = at::globalContext().defaultGenerator(c.device);
     std::lock_guard<std::mutex> lock(gen.mutex());
     f.rngStates[pos] = gen.get_state();
   }

@@ -65,7 +65,8 @@ struct StageMemoryStats {
 
 struct StageMemoryOptions {
   MemoryPlan plan;
-  std::string swapDir;       // the swap tier's directory when the plan swaps
+  std::string swapDir;       // the swap tier's directory when the plan swaps (CPU)
+  c10::Device device = c10::Device(c10::kCPU);  // the stage's device: picks the swap tier (makeSwapTier)
   bool recordFacts = false;  // fill facts() (every micro-batch; the profiler runs one)
   std::string stageName = "stage";
 };

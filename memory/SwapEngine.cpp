@@ -93,6 +93,7 @@ std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage, int m
   }
   auto slot = std::make_shared<SwapSlot>();
   slot->storage_ = storage;
+  slot->after_ = tier_->orderAfterCompute();
   slot->bytes_ = bytes;
   slot->microBatch_ = microBatch;
   slot->engine_ = weak_from_this();
@@ -149,6 +150,7 @@ c10::Storage SwapEngine::swapIn(SwapSlot& slot) {
     rethrowLocked();
   }
   SLUICE_CHECK(slot.state_ == State::Resident, MemoryError, "swap: a released slot was read (internal error)");
+  tier_->handOver(slot.storage_);
   if (slot.prefetched_) {
     slot.prefetched_ = false;
     prefetchedBytes_ -= slot.bytes_;
@@ -245,7 +247,7 @@ void SwapEngine::run() {
         lock.unlock();
         const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
         std::vector<int64_t> where;
-        for (auto& s : batch) where.push_back(tier_->write(s->storage_.data(), s->bytes_));
+        for (auto& s : batch) where.push_back(tier_->write(s->storage_.data(), s->bytes_, s->after_));
         tier_->sync();
         if (trace) {
           trace->add(mark, "swap out " + std::to_string(batch.size()) + " (" + kib(batchBytes) + ")", "io",
@@ -256,6 +258,7 @@ void SwapEngine::run() {
           auto& s = batch[i];
           s->location_ = where[i];
           s->storage_ = c10::Storage();  // on the tier now: let the memory go
+          s->after_.reset();
           pendingWriteBytes_ -= s->bytes_;
           stats_.bytesWritten += s->bytes_;
           ++stats_.writes;
@@ -280,8 +283,8 @@ void SwapEngine::run() {
       TraceRecorder* trace = trace_;
       lock.unlock();
       const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
-      auto bytes = torch::empty({s->bytes_}, torch::kUInt8);
-      tier_->read(s->location_, bytes.data_ptr(), s->bytes_);
+      auto storage = tier_->emptyStorage(s->bytes_);
+      tier_->read(s->location_, storage.mutable_data(), s->bytes_);
       if (trace) trace->add(mark, std::string(demanded ? "swap in (demand) " : "swap in ") + kib(s->bytes_), "io", s->microBatch_);
       lock.lock();
       stats_.bytesRead += s->bytes_;
@@ -290,7 +293,7 @@ void SwapEngine::run() {
         releases_.emplace_back(s->location_, s->bytes_);
         s->state_ = State::Released;
       } else {
-        s->storage_ = bytes.storage();
+        s->storage_ = storage;
         s->state_ = State::Resident;
         if (!demanded) {
           s->prefetched_ = true;

@@ -55,6 +55,7 @@ class SwapSlot {
   enum class State { Queued, Writing, OnTier, Reading, Resident, Released };
   State state_ = State::Queued;
   c10::Storage storage_;
+  std::shared_ptr<void> after_;  // the tier's order token (SwapTier::orderAfterCompute)
   int64_t bytes_ = 0, location_ = -1;
   int microBatch_ = -1;         // for the trace
   bool prefetched_ = false;     // read ahead, not yet handed out (counts against the window)

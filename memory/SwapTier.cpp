@@ -14,6 +14,11 @@
 #include "core/Bytes.h"
 #include "core/Error.h"
 
+#include <torch/torch.h>
+#if SLUICE_CUDA
+#include "memory/PinnedHostSwapTier.h"
+#endif
+
 namespace sluice::memory {
 namespace {
 
@@ -52,6 +57,18 @@ std::string defaultSwapDir() {
 }
 
 constexpr int64_t kBounce = 1 << 20;
+
+c10::Storage SwapTier::emptyStorage(int64_t bytes) {
+  return torch::empty({bytes}, torch::kUInt8).storage();
+}
+
+std::unique_ptr<SwapTier> makeSwapTier(const c10::Device& device, const std::string& dir) {
+  if (device.is_cpu()) return std::make_unique<FileSwapTier>(dir);
+#if SLUICE_CUDA
+  if (device.is_cuda()) return std::make_unique<PinnedHostSwapTier>(device);
+#endif
+  throw MemoryError("swap: no swap tier for tensors on " + device.str());
+}
 
 FileSwapTier::FileSwapTier(const std::string& dir) : dir_(dir) {
   checkSwapDir(dir);
@@ -133,7 +150,7 @@ int64_t FileSwapTier::allocate(int64_t bytes) {
   return at;
 }
 
-int64_t FileSwapTier::write(const void* data, int64_t bytes) {
+int64_t FileSwapTier::write(const void* data, int64_t bytes, const std::shared_ptr<void>&) {
   const int64_t at = allocate(bytes);
   try {
     transfer(true, const_cast<char*>(static_cast<const char*>(data)), bytes, at);

@@ -15,9 +15,15 @@
 // Where O_DIRECT is refused, writes go to the page cache and sync() makes
 // them durable (fdatasync) and drops them (posix_fadvise DONTNEED); reads
 // drop their pages after copying. Blocks are placed at 4 KiB-aligned offsets;
-// freed extents are reused first-fit. A CUDA build adds a
-// pinned-host tier behind the same interface.
+// freed extents are reused first-fit. Not copyable (it owns the file).
+//
+// PinnedHostSwapTier (CUDA builds, memory/PinnedHostSwapTier.h) takes the
+// storages of a GPU into pinned host memory behind the same interface.
+// makeSwapTier picks the tier from the device.
 #pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Storage.h>
 
 #include <cstdint>
 #include <map>
@@ -30,12 +36,24 @@ class SwapTier {
  public:
   virtual ~SwapTier() = default;
   virtual std::string describe() const = 0;
-  // Returns the block's location (offset).
-  virtual int64_t write(const void* data, int64_t bytes) = 0;
+  // The device whose storages this tier takes.
+  virtual c10::Device device() const { return c10::Device(c10::kCPU); }
+  // Compute thread, when a storage is queued for writing: what its write
+  // must come after (CUDA: an event on the current stream, after the ops
+  // that produced it). nullptr: nothing.
+  virtual std::shared_ptr<void> orderAfterCompute() { return nullptr; }
+  // Returns the block's location. `after`: orderAfterCompute()'s token.
+  virtual int64_t write(const void* data, int64_t bytes, const std::shared_ptr<void>& after) = 0;
   // Makes every write so far durable and drops it from memory.
   virtual void sync() = 0;
+  // A storage of `bytes` on device() that a block is read back into.
+  virtual c10::Storage emptyStorage(int64_t bytes);
+  // Returns once the bytes are in `data` (a pointer into emptyStorage's memory).
   virtual void read(int64_t location, void* data, int64_t bytes) = 0;
   virtual void release(int64_t location, int64_t bytes) = 0;
+  // Compute thread, when a storage read back is handed over for use (CUDA:
+  // recordStream on the current stream, as the I/O side stream allocated it).
+  virtual void handOver(const c10::Storage& storage) {}
 };
 
 class FileSwapTier : public SwapTier {
@@ -43,8 +61,10 @@ class FileSwapTier : public SwapTier {
   // Throws MemoryError when dir is missing, not a directory, not writable, or on tmpfs.
   explicit FileSwapTier(const std::string& dir);
   ~FileSwapTier() override;
+  FileSwapTier(const FileSwapTier&) = delete;
+  FileSwapTier& operator=(const FileSwapTier&) = delete;
   std::string describe() const override;
-  int64_t write(const void* data, int64_t bytes) override;
+  int64_t write(const void* data, int64_t bytes, const std::shared_ptr<void>& after = nullptr) override;
   void sync() override;
   void read(int64_t location, void* data, int64_t bytes) override;
   void release(int64_t location, int64_t bytes) override;
@@ -60,6 +80,10 @@ class FileSwapTier : public SwapTier {
   int64_t end_ = 0;                   // file size in use
   std::map<int64_t, int64_t> free_;   // offset -> length of free extents
 };
+
+// The tier for a device's storages: a FileSwapTier in dir on CPU, a
+// PinnedHostSwapTier on CUDA (dir unused). Throws MemoryError as they do.
+std::unique_ptr<SwapTier> makeSwapTier(const c10::Device& device, const std::string& dir);
 
 // The default swap directory: a folder under the system temp dir when that is
 // on disk, else under /var/tmp. Never tmpfs.

@@ -78,7 +78,7 @@ GptImpl::GptImpl(const GptOptions& o) : options_(o) {
 torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= options_.blockSize, "sequence length ", T, " exceeds model.block_size ", options_.blockSize);
-  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong));
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   auto x = maybeDropout(wte_->forward(tokens) + wpe_->forward(pos), options_.dropout, is_training());
   for (auto& m : *blocks_) x = m->as<Block>()->forward(x);
   return lmHead_->forward(lnF_->forward(x));

@@ -6,7 +6,7 @@
 
 The model is plain PyTorch (nn.Embedding, nn.TransformerEncoderLayer,
 nn.Linear); nothing in it knows about Sluice. configs/torchscript_transformer.yaml
-trains it. Run with Debian's python3-torch (scripts/setup.sh installs it).
+trains it. Run with the torch 2.11 environment scripts/setup.sh makes ($SLUICE_PYTHON).
 """
 import argparse
 

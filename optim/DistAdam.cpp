@@ -100,14 +100,21 @@ DistAdam::DistAdam(std::vector<torch::Tensor> params, Communicator comm, AdamWOp
   const int n = sharded() ? comm_.size() : 1, r = sharded() ? comm_.rank() : 0;
   auto layout = layoutBuckets(numels, std::max<int64_t>(1, bucketBytes / 4), n, r);
   slots_.resize(params.size());
+  // Buckets, state and buffers live where the parameters do (one device).
+  options_ = params.empty() ? torch::TensorOptions().dtype(torch::kFloat) : params[0].options();
+  for (size_t i = 0; i < params.size(); ++i) {
+    SLUICE_CHECK(params[i].device() == options_.device(), OptimError,
+                 "DistAdam parameter " << i << " is on " << params[i].device() << ", parameter 0 on "
+                                       << options_.device() << ": all must be on one device");
+  }
   torch::NoGradGuard noGrad;
   for (size_t k = 0; k < layout.size(); ++k) {
     auto b = std::make_unique<Bucket>();
     b->layout = std::move(layout[k]);
     const int64_t shard = b->layout.shard;
-    b->grad = torch::zeros({shard * n});
-    b->expAvg = torch::zeros({shard});
-    b->expAvgSq = torch::zeros({shard});
+    b->grad = torch::zeros({shard * n}, options_);
+    b->expAvg = torch::zeros({shard}, options_);
+    b->expAvgSq = torch::zeros({shard}, options_);
     for (size_t j = 0; j < b->layout.params.size(); ++j) {
       const size_t i = b->layout.params[j];
       auto s = std::make_unique<Slot>();
@@ -206,7 +213,7 @@ void DistAdam::bindGrad(Slot& s, Bucket& b) {
   // Sharing the storage without being an autograd view: Optimizer::zero_grad
   // calls detach_(), which refuses views.
   s.param.mutable_grad() =
-      torch::empty({0}).set_(b.grad.storage(), s.offset, s.param.sizes(), s.param.strides());
+      torch::empty({0}, options_).set_(b.grad.storage(), s.offset, s.param.sizes(), s.param.strides());
 }
 
 void DistAdam::launchReduce(size_t index) {
@@ -217,7 +224,7 @@ void DistAdam::launchReduce(size_t index) {
     b.gradShard = b.grad;
     if (comm_.size() > 1) b.reduce = comm_.iallReduce(b.grad, ReduceOp::Average);
   } else {
-    b.gradShard = torch::empty({b.layout.shard});
+    b.gradShard = torch::empty({b.layout.shard}, options_);
     b.reduce = comm_.ireduceScatter(b.grad, b.gradShard, ReduceOp::Average);
   }
   ++launched_;
@@ -241,6 +248,13 @@ void DistAdam::updateBucket(Bucket& b) {
     auto& s = *slots_[seg.param];
     hyper.step = s.step;
     const int64_t at = seg.shardBegin;
+    if (!b.grad.is_cpu()) {
+      auto p = s.param.view({-1}).narrow(0, seg.paramBegin, seg.length);
+      adamWOnDevice(p, b.gradShard.narrow(0, at, seg.length), b.expAvg.narrow(0, at, seg.length),
+                    b.expAvgSq.narrow(0, at, seg.length), hyper);
+      if (gathers()) b.paramShard.narrow(0, at, seg.length).copy_(p);
+      continue;
+    }
     fusedAdamW(s.param.data_ptr<float>() + seg.paramBegin, gathers() ? b.paramShard.data_ptr<float>() + at : nullptr,
                b.gradShard.data_ptr<float>() + at, b.expAvg.data_ptr<float>() + at, b.expAvgSq.data_ptr<float>() + at,
                seg.length, hyper);
@@ -251,6 +265,19 @@ void DistAdam::updateBucket(Bucket& b) {
 // rank's are already in place).
 void DistAdam::copyGathered(Bucket& b) {
   const int64_t lo = comm_.rank() * b.layout.shard, hi = lo + b.layout.shard;
+  if (!b.gathered.is_cpu()) {
+    for (size_t j = 0; j < b.layout.params.size(); ++j) {
+      auto& s = *slots_[b.layout.params[j]];
+      const int64_t begin = b.layout.offsets[j], end = begin + s.numel;
+      auto flat = s.param.view({-1});
+      auto copy = [&](int64_t from, int64_t to) {
+        if (from < to) flat.narrow(0, from - begin, to - from).copy_(b.gathered.narrow(0, from, to - from));
+      };
+      copy(begin, std::min(end, lo));
+      copy(std::max(begin, hi), end);
+    }
+    return;
+  }
   float* gathered = b.gathered.data_ptr<float>();
   for (size_t j = 0; j < b.layout.params.size(); ++j) {
     auto& s = *slots_[b.layout.params[j]];
@@ -310,8 +337,8 @@ torch::Tensor DistAdam::step(LossClosure closure) {
     auto& b = *buckets_[k];
     wait(b.reduce, reduction, k);
     if (gathers()) {
-      b.paramShard = torch::empty({b.layout.shard});
-      b.gathered = torch::empty({b.layout.shard * comm_.size()});
+      b.paramShard = torch::empty({b.layout.shard}, options_);
+      b.gathered = torch::empty({b.layout.shard * comm_.size()}, options_);
     }
     updateBucket(b);
     b.gradShard = torch::Tensor();
@@ -413,8 +440,8 @@ std::vector<DistAdam::FullState> DistAdam::fullState() {
   for (auto& b : buckets_) {
     torch::Tensor m = b->expAvg, v = b->expAvgSq;
     if (sharded()) {
-      m = torch::empty({b->layout.shard * comm_.size()});
-      v = torch::empty({b->layout.shard * comm_.size()});
+      m = torch::empty({b->layout.shard * comm_.size()}, options_);
+      v = torch::empty({b->layout.shard * comm_.size()}, options_);
       comm_.allGather(b->expAvg, m);
       comm_.allGather(b->expAvgSq, v);
     }

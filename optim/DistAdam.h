@@ -80,8 +80,11 @@ class DistAdam : public torch::optim::Optimizer {
   ~DistAdam() override;
 
   torch::Tensor step(LossClosure closure = nullptr) override;
-  // Hides (Optimizer::zero_grad is not virtual in 1.13): also forgets pending
-  // accumulation counts and reductions of an abandoned step.
+  // Hides Optimizer::zero_grad (not virtual): zeroes the buckets in place and
+  // also forgets pending accumulation counts and reductions of an abandoned
+  // step. Through a base pointer use optim::zeroGradients (OptimizerState.h):
+  // Optimizer::zero_grad() sets gradients to none, which unbinds them from
+  // the buckets (a later step then copies them in, slower).
   void zero_grad();
 
   // Backward passes (micro-batches) per step; the reduce-scatter starts on the last.
@@ -136,6 +139,7 @@ class DistAdam : public torch::optim::Optimizer {
   bool gathers() const { return sharded() && comm_.size() > 1; }      // shards to reduce-scatter and gather
 
   Communicator comm_;
+  torch::TensorOptions options_;  // the parameters' (float32, their device)
   DistAdamMode mode_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<Bucket>> buckets_;

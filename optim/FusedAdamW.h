@@ -14,6 +14,10 @@
 
 #include <cstdint>
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace sluice::optim {
 
 struct AdamWStep {
@@ -24,5 +28,12 @@ struct AdamWStep {
 // p, m, v updated in place; out[i] = the new p[i]. out may be null.
 void fusedAdamW(float* p, float* out, const float* grad, float* expAvg, float* expAvgSq, int64_t count,
                 const AdamWStep& s);
+
+// The same update with tensor ops, for tensors on a device (CUDA): torch's
+// own sequence (torch::optim::AdamW's non-foreach path), on the device's
+// stream. All four are 1-D float views of the same length, updated in place
+// (DeviceAdamW.cpp).
+void adamWOnDevice(const at::Tensor& p, const at::Tensor& grad, const at::Tensor& expAvg, const at::Tensor& expAvgSq,
+                   const AdamWStep& s);
 
 }  // namespace sluice::optim

@@ -6,7 +6,8 @@
 namespace sluice::optim {
 namespace {
 
-std::string keyOf(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// LibTorch keys optimizer state by the parameter's TensorImpl.
+void* keyOf(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 }  // namespace
 
@@ -67,9 +68,18 @@ void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<torch::T
     }
     auto st = std::make_unique<torch::optim::AdamWParamState>();
     st->step(a.step);
-    st->exp_avg(a.expAvg.clone());
-    st->exp_avg_sq(a.expAvgSq.clone());
+    // Loaded state (host tensors from a checkpoint) goes where the parameter is.
+    st->exp_avg(a.expAvg.to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
+    st->exp_avg_sq(a.expAvgSq.to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
     s[keyOf(params[i])] = std::move(st);
+  }
+}
+
+void zeroGradients(torch::optim::Optimizer& optimizer) {
+  if (auto* dist = dynamic_cast<DistAdam*>(&optimizer)) {
+    dist->zero_grad();
+  } else {
+    optimizer.zero_grad(/*set_to_none=*/false);
   }
 }
 

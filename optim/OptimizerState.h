@@ -25,4 +25,11 @@ std::vector<AdamState> adamState(torch::optim::Optimizer& optimizer, const std::
 void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
                   const std::vector<AdamState>& state);
 
+// Zeroes every gradient in place, never setting it to none (LibTorch 2.x's
+// Optimizer::zero_grad() default, which it does not let a subclass override):
+// DistAdam's gradients live in its buckets and must stay bound there (its own
+// zero_grad also drops an abandoned step's reductions), and AdamW's then keep
+// their buffers, so a step allocates what the memory plan counted.
+void zeroGradients(torch::optim::Optimizer& optimizer);
+
 }  // namespace sluice::optim

@@ -1,6 +1,8 @@
 // timeInContext(): see ContextTiming.h.
 #include "partition/ContextTiming.h"
 
+#include "core/Device.h"
+
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/engine.h>
@@ -34,17 +36,24 @@ struct BackwardSink {
   std::vector<Applied> applied;
 };
 BackwardSink* gSink = nullptr;
+// The device timed: on a GPU every timestamp first waits for the device, so
+// a node's time is its kernels', not the host's enqueueing of them.
+c10::Device gDevice(c10::kCPU);
+Clock::time_point deviceNow() {
+  synchronize(gDevice);
+  return Clock::now();
+}
 std::mutex gSinkOwner;  // one timeInContext at a time owns the callback
 
 struct StartTime : at::ObserverContext {
-  Clock::time_point t0 = Clock::now();
+  Clock::time_point t0 = deviceNow();
 };
 
 std::unique_ptr<at::ObserverContext> onStart(const at::RecordFunction&) { return std::make_unique<StartTime>(); }
 
 void onEnd(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!gSink || !ctx) return;
-  const auto t1 = Clock::now();
+  const auto t1 = deviceNow();
   std::lock_guard<std::mutex> lock(gSink->mutex);
   gSink->applied.push_back({fn.seqNr(), static_cast<StartTime*>(ctx)->t0, t1});
 }
@@ -54,10 +63,10 @@ class ForwardTimer : public NodeObserver {
   explicit ForwardTimer(size_t positions) : start_(positions), end_(positions), firstSeq_(positions, 0), endSeq_(positions, 0) {}
   void beforeNode(int pos, const std::vector<IValue>&) override {
     firstSeq_[pos] = at::sequence_number::peek();
-    start_[pos] = Clock::now();
+    start_[pos] = deviceNow();
   }
   void afterNode(int pos, const std::vector<IValue>&, const std::vector<IValue>&) override {
-    end_[pos] = Clock::now();
+    end_[pos] = deviceNow();
     endSeq_[pos] = at::sequence_number::peek();
   }
   std::vector<Interval> intervals() const {
@@ -112,6 +121,10 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
                "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
   const int n = g.numNodes();
+  gDevice = c10::Device(c10::kCPU);
+  for (auto& t : inputs) {
+    if (t.defined() && !t.is_cpu()) gDevice = t.device();
+  }
   auto whole = splitGraph(g, {}).at(0);
   // Copies of the parameters as fresh leaves: the gradients must not land on the model's own .grad.
   std::unordered_map<std::string, torch::Tensor> byName;
@@ -142,19 +155,19 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   for (int run = 0; run < warmup + iterations; ++run) {
     ForwardTimer timer(positions);
     std::vector<torch::Tensor> outs;
-    const auto f0 = Clock::now();
+    const auto f0 = deviceNow();
     auto result = program.run(stack, &timer);
     for (auto& v : result) collectTensors(v, outs);
     const uint64_t graphEnd = at::sequence_number::peek();
     double lossForward = 0;
     if (loss) {
       SLUICE_CHECK(!outs.empty(), GraphError, "profile: the graph has no tensor output to apply the loss to");
-      const auto l0 = Clock::now();
+      const auto l0 = deviceNow();
       auto value = loss(outs.front());
-      lossForward = seconds(l0, Clock::now());
+      lossForward = seconds(l0, deviceNow());
       outs = {value};
     }
-    const double fWall = seconds(f0, Clock::now());
+    const double fWall = seconds(f0, deviceNow());
     torch::autograd::edge_list roots;
     std::vector<torch::Tensor> grads;
     for (auto& t : outs) {
@@ -171,7 +184,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
       gSink = &sink;
       auto handle = at::addGlobalCallback(
           at::RecordFunctionCallback(&onStart, &onEnd).scopes({at::RecordScope::BACKWARD_FUNCTION}));
-      const auto b0 = Clock::now();
+      const auto b0 = deviceNow();
       try {
         torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
                                                               /*create_graph=*/false, /*accumulate_grad=*/true);
@@ -180,7 +193,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
         gSink = nullptr;
         throw;
       }
-      bWall = seconds(b0, Clock::now());
+      bWall = seconds(b0, deviceNow());
       at::removeCallback(handle);
       gSink = nullptr;
     }

@@ -8,11 +8,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/Device.h"
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/Log.h"
 #include "core/NodeProgram.h"
 #include "memory/CountingAllocator.h"
+#include "memory/DeviceMemory.h"
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
 #include "partition/ContextTiming.h"
@@ -38,7 +40,23 @@ void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
   }
 }
 
-int64_t allocated() { return memory::allocatorStats().currentBytes; }
+// The device profiled (the graph's inputs'): memory is counted there (CUDA's
+// caching allocator on a GPU, memory/DeviceMemory.h).
+thread_local c10::Device profiled(c10::kCPU);
+c10::Device deviceOf(const std::vector<torch::Tensor>& tensors) {
+  for (auto& t : tensors) {
+    if (t.defined() && !t.is_cpu()) return t.device();
+  }
+  return c10::Device(c10::kCPU);
+}
+
+int64_t allocated() { return memory::deviceAllocatorStats(profiled).currentBytes; }
+
+// A timestamp after the device has finished what was enqueued (no-op on CPU).
+Clock::time_point now() {
+  synchronize(profiled);
+  return Clock::now();
+}
 
 // Around StageMemory: for each node, the most its forward held beyond the
 // saved storages (temporaries, values waiting for their reader, outputs).
@@ -48,7 +66,7 @@ class WorkspaceObserver : public NodeObserver {
       : memory_(memory), nodeIndex_(nodeIndex), base_(base) {}
   void beforeNode(int pos, const std::vector<IValue>& inputs) override {
     memory_.beforeNode(pos, inputs);
-    memory::resetPeak();
+    memory::resetDevicePeak(profiled);
   }
   void afterNode(int pos, const std::vector<IValue>& inputs, const std::vector<IValue>& outputs) override {
     memory_.afterNode(pos, inputs, outputs);
@@ -58,7 +76,7 @@ class WorkspaceObserver : public NodeObserver {
     for (auto& f : memory_.facts().storages) {
       if (!f.savers.empty()) saved += f.bytes;
     }
-    const int64_t peak = memory::allocatorStats().peakBytes;
+    const int64_t peak = memory::deviceAllocatorStats(profiled).peakBytes;
     if (workspace.size() <= static_cast<size_t>(node)) workspace.resize(node + 1, 0);
     workspace[node] = std::max<int64_t>(0, peak - base_ - saved);
   }
@@ -111,6 +129,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   SLUICE_CHECK(inputs.size() == graph.inputs().size(), GraphError,
                "profile: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
   memory::installCountingAllocator();
+  profiled = deviceOf(inputs);
   std::unordered_map<const torch::jit::Node*, int> indexOf;
   for (auto& n : g.nodes()) indexOf[n.irNode] = n.index;
 
@@ -196,9 +215,9 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
         program.runNode(pos, stack);
       } else {
         auto& p = profile.nodes[found->second];
-        auto t0 = Clock::now();
+        auto t0 = now();
         program.runNode(pos, stack);
-        auto t1 = Clock::now();
+        auto t1 = now();
         std::vector<torch::Tensor> outs, grads, roots;
         for (auto& v : stack) collectTensors(v, outs);
         if (first) {
@@ -219,19 +238,19 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
           // Once per node: the input-gradient half, then the weight half (Note: BackwardSplit), for the weight share.
           std::vector<torch::Tensor> inputLeaves, paramLeaves;
           for (size_t k = 0; k < leaves.size(); ++k) (leafIsParam[k] ? paramLeaves : inputLeaves).push_back(leaves[k]);
-          auto t2 = Clock::now();
+          auto t2 = now();
           torch::autograd::grad(roots, inputLeaves, grads, /*retain_graph=*/true, /*create_graph=*/false, true);
-          auto t3 = Clock::now();
+          auto t3 = now();
           torch::autograd::grad(roots, paramLeaves, grads, /*retain_graph=*/false, /*create_graph=*/false, true);
-          backward = seconds(t2, Clock::now());
-          weightShare[found->second] = backward > 0 ? seconds(t3, Clock::now()) / backward : 0.5;
+          backward = seconds(t2, now());
+          weightShare[found->second] = backward > 0 ? seconds(t3, now()) / backward : 0.5;
         } else if (!roots.empty() && !leaves.empty()) {
-          if (first) memory::resetPeak();
-          auto t2 = Clock::now();
+          if (first) memory::resetDevicePeak(profiled);
+          auto t2 = now();
           auto inputGrads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
                                                   /*allow_unused=*/true);
-          backward = seconds(t2, Clock::now());
-          if (first) backwardWorkspace[found->second] = memory::allocatorStats().peakBytes - before;
+          backward = seconds(t2, now());
+          if (first) backwardWorkspace[found->second] = memory::deviceAllocatorStats(profiled).peakBytes - before;
           if (!mixed) weightShare[found->second] = params > 0 ? 1.0 : 0.0;
         }
         if (timed) {
@@ -279,6 +298,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
 LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss, const torch::Tensor& output,
                         const ProfileOptions& options) {
   memory::installCountingAllocator();
+  profiled = deviceOf({output});
   LossProfile out;
   std::vector<double> fwd, bwd;
   for (int run = 0; run < options.warmup + options.iterations; ++run) {
@@ -286,8 +306,8 @@ LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>
     auto leaf = output.detach().requires_grad_(output.is_floating_point());
     memory::SavedBytesCounter counter;
     const int64_t base = allocated();
-    if (first) memory::resetPeak();
-    auto t0 = Clock::now();
+    if (first) memory::resetDevicePeak(profiled);
+    auto t0 = now();
     torch::Tensor l;
     if (first) {
       memory::SavedTensorScope scope(counter.factory());
@@ -295,13 +315,13 @@ LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>
     } else {
       l = loss(leaf);
     }
-    auto t1 = Clock::now();
+    auto t1 = now();
     if (leaf.requires_grad()) l.backward();
-    auto t2 = Clock::now();
+    auto t2 = now();
     if (first) {
       out.savedBytes = counter.bytes();
       // The logits stay alive through the loss's forward in training; here they existed before `base`.
-      out.workspaceBytes = std::max<int64_t>(0, memory::allocatorStats().peakBytes - base - out.savedBytes) +
+      out.workspaceBytes = std::max<int64_t>(0, memory::deviceAllocatorStats(profiled).peakBytes - base - out.savedBytes) +
                            static_cast<int64_t>(output.nbytes());
     }
     if (run >= options.warmup) {

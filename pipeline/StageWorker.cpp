@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/Error.h"
+#include "optim/OptimizerState.h"
 #include "core/HostSync.h"
 
 namespace sluice::pipeline {
@@ -19,9 +20,9 @@ namespace {
 
 bool needsGrad(const ValueInfo& v) { return v.isTensor && v.requiresGrad && c10::isFloatingType(v.dtype); }
 
-TensorSpec specOf(const ValueInfo& v) { return TensorSpec{v.shape, v.dtype}; }
-
 }  // namespace
+
+TensorSpec StageWorker::specOf(const ValueInfo& v) const { return TensorSpec{v.shape, v.dtype, device_}; }
 
 // State of one micro-batch between its forward and its backward.
 struct StageWorker::InFlight {
@@ -38,13 +39,19 @@ struct StageWorker::InFlight {
 };
 
 StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm,
-                         Schedule schedule, LossFn lossFn, ExecMode mode, std::vector<Communicator> boundaryComms)
-    : stage_(std::move(stage)), params_(std::move(params)), comm_(std::move(pipelineComm)),
+                         Schedule schedule, LossFn lossFn, ExecMode mode, std::vector<Communicator> boundaryComms,
+                         c10::Device device)
+    : stage_(std::move(stage)), params_(std::move(params)), device_(device), comm_(std::move(pipelineComm)),
       schedule_(std::move(schedule)), lossFn_(std::move(lossFn)),
       module_(stage_.graph, "stage" + std::to_string(stage_.index), mode) {
   SLUICE_CHECK(params_.size() == stage_.paramInputs.size(), GraphError,
                "stage " << stage_.index << " needs " << stage_.paramInputs.size() << " parameters, got "
                         << params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    SLUICE_CHECK(params_[i].device() == device_, GraphError,
+                 "stage " << stage_.index << ": parameter " << stage_.paramInputs[i] << " is on "
+                          << params_[i].device() << " but the stage runs on " << device_);
+  }
   SLUICE_CHECK(comm_.size() == schedule_.rankCount(), CommError,
                "pipeline communicator has " << comm_.size() << " ranks but the schedule has " << schedule_.rankCount()
                                             << " ranks");
@@ -82,6 +89,7 @@ void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swap
   memory::StageMemoryOptions options;
   options.plan = std::move(plan);
   options.swapDir = swapDir;
+  options.device = device_;
   options.stageName = "stage " + std::to_string(stage_.index);
   memory_ = std::make_unique<memory::StageMemory>(module_.program(), stage_.nodeIndex, params_, std::move(options));
   if (!memory_->active()) memory_.reset();
@@ -429,7 +437,7 @@ std::vector<Communicator> boundaryCommunicators(const Communicator& pipeline, co
 }
 
 torch::Tensor StageWorker::trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer) {
-  optimizer.zero_grad();
+  optim::zeroGradients(optimizer);
   auto loss = runMicroBatches(microBatches);
   optimizer.step();
   return loss;

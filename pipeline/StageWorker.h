@@ -32,6 +32,9 @@
 //   still a tensor: reading it is the caller's choice (see Note [lazy loss]).
 // - Boundary values exchange gradients iff the traced value requires grad and
 //   is floating point; both neighbours derive this from the same ValueInfo.
+// - Runs on one device (device()): CPU, or a GPU whose current stream gets
+//   the stage's work; receives land there (over NCCL without the host
+//   waiting, over MPI through host staging: core/Communicator.h).
 // - Blocks on MPI; throws CommError if a neighbour sends a tensor whose
 //   shape/dtype differs from the split's ValueInfo, or when a wait exceeds the
 //   watchdog (Communicator::setWaitTimeout); errors name the micro-batch and
@@ -79,8 +82,11 @@ class StageWorker {
  public:
   // params: tensors for stage.paramInputs, in that order. boundaryComms: see
   // the contract (required when the schedule puts several stages on a rank).
+  // device: where the stage runs; its parameters must be there, and what it
+  // receives from its neighbours is placed there.
   StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm, Schedule schedule,
-              LossFn lossFn, ExecMode mode = ExecMode::Eager, std::vector<Communicator> boundaryComms = {});
+              LossFn lossFn, ExecMode mode = ExecMode::Eager, std::vector<Communicator> boundaryComms = {},
+              c10::Device device = c10::Device(c10::kCPU));
   ~StageWorker();
 
   // Carry out this memory plan from the next step on (eager execution only;
@@ -132,9 +138,11 @@ class StageWorker {
   bool isFirst() const { return stage_.index == 0; }
   bool isLast() const { return stage_.index == schedule_.stages - 1; }
   const Schedule& schedule() const { return schedule_; }
+  const c10::Device& device() const { return device_; }
 
  private:
   struct InFlight;
+  TensorSpec specOf(const ValueInfo& v) const;
   int tag(int microBatch, int value, size_t count) const;
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
@@ -145,6 +153,7 @@ class StageWorker {
 
   StageGraph stage_;
   std::vector<torch::Tensor> params_;
+  c10::Device device_;
   Communicator comm_;
   Communicator prevComm_, nextComm_;  // to the previous / next stage (comm_ unless interleaved)
   int prevRank_ = -1, nextRank_ = -1;  // their ranks there

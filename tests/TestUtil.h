@@ -19,8 +19,9 @@ inline models::GptOptions tinyGpt(int layers = 2) {
   return o;
 }
 
+// Captured where the model's parameters are (a traced graph fixes devices).
 inline OpGraph captureGpt(models::Gpt& gpt, int64_t batch, int64_t seq) {
-  auto tokens = torch::zeros({batch, seq}, torch::kLong);
+  auto tokens = torch::zeros({batch, seq}, torch::TensorOptions().dtype(torch::kLong).device(gpt->parameters()[0].device()));
   return capture(*gpt, [&](const std::vector<torch::Tensor>& in) { return gpt->forward(in[0]); }, {{"tokens", tokens}});
 }
 

@@ -8,6 +8,11 @@ trap 'rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# The Python with torch 2.11 (the reference), protobuf and PyYAML: the
+# environment scripts/setup.sh makes (CTest passes SLUICE_PYTHON; else
+# scripts/env.sh's default).
+PY=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
+
 # losses FILE: one loss per line, in step order.
 losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
 

@@ -4,8 +4,7 @@
 # out here, the Event protobuf through python3-protobuf and protoc) reads back
 # every scalar with correct CRCs, and they equal metrics.jsonl's values.
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3  # Debian's, with python3-protobuf (scripts/setup.sh)
-[ -x "$PY" ] && "$PY" -c "import google.protobuf" 2>/dev/null || fail "python3-protobuf is needed (scripts/setup.sh installs it)"
+[ -x "$PY" ] && "$PY" -c "import google.protobuf" 2>/dev/null || fail "protobuf for $PY is needed (scripts/setup.sh installs it)"
 "$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=3 --set model.layers=2 \
   --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2 \
   --set job.output_dir="$TMP/run" --set logging.tensorboard=true >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "training"; }

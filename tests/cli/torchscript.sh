@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring a PyTorch model. First a transformer defined in Python (nn.Embedding,
 # nn.TransformerEncoderLayer, nn.Linear; models/export_example.py) and saved
-# as TorchScript by Debian's python3-torch is trained by Sluice on 1 stage and
+# as TorchScript by PyTorch 2.11 (scripts/setup.sh's environment) is trained by Sluice on 1 stage and
 # on 2 stages x 2 replicas with DistAdam, and by PyTorch's own loop
 # (torch.optim.AdamW, the same data order and micro-batches;
 # torchscript_reference.py) from the same file: per-step losses equal within
@@ -14,8 +14,7 @@
 # whose control flow depends on tensor values: a clear message, a non-zero
 # exit, nothing written.
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3  # Debian's, with python3-torch (scripts/setup.sh installs it)
-"$PY" -c "import torch" 2>/dev/null || fail "python3-torch is needed (scripts/setup.sh installs it)"
+"$PY" -c "import torch" 2>/dev/null || fail "torch for $PY is needed (scripts/setup.sh installs it)"
 TEXT=/usr/share/games/fortunes/fortunes
 BLOCK=32 SEED=7 STEPS=10 LR=0.002 WD=0.01
 "$PY" "$ROOT/models/export_example.py" "$TMP/model.pt" --block $BLOCK --embd 32 --heads 4 --layers 2 \

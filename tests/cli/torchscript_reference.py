@@ -1,4 +1,4 @@
-"""PyTorch's own training loop for tests/cli/torchscript.sh (Debian's python3-torch).
+"""PyTorch's own training loop for tests/cli/torchscript.sh (torch 2.11, $SLUICE_PYTHON).
 
     torchscript_reference.py --model M.pt --data text|fashion_mnist --path P --seed S --steps N
         --global G --micro B --lr LR --wd WD [--block T] [--exported OUT.pt] [--eval-samples E] --out R.json

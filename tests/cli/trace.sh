@@ -9,8 +9,7 @@
 # backward, reduce-scatter / all-gather waits inside the optimizer step), and
 # the SVG drawn from a trace (rendered by rsvg-convert).
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3  # Debian's, with the packages setup.sh installs
-[ -x "$PY" ] || fail "python3 is needed (scripts/setup.sh installs it)"
+[ -x "$PY" ] || fail "$PY is needed (scripts/setup.sh makes it)"
 CFG="$ROOT/configs/quickstart.yaml"
 small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2
   --set pipeline.microbatches=4 --set pipeline.schedule=1f1b)

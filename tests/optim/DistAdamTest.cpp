@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/Communicator.h"
+#include "core/Device.h"
 #include "core/Error.h"
 #include "optim/DistAdam.h"
 #include "optim/FlatLayout.h"
@@ -113,6 +114,35 @@ INSTANTIATE_TEST_SUITE_P(All, DistAdamModes,
                                   (info.param.bucketBytes == DistAdam::kDefaultBucketBytes ? "" : "_small_buckets");
                          });
 
+// On a GPU shared by the ranks (CTest entry cuda_np2): parameters, buckets
+// and state on GPU 0, gradients reduce-scattered and gathered over MPI
+// through host memory (Note [host staging]); the same result as AdamW on the
+// averaged gradient (on the CPU: the reference).
+TEST(CudaStaging, DistAdamOverRanksSharingAGpuMatchesAdamW) {
+  if (cudaDevices() == 0) GTEST_SKIP() << "no GPU can be used here: " << cudaAbsentReason();
+  const c10::Device gpu(c10::kCUDA, 0);
+  auto comm = Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
+  for (auto mode : {DistAdamMode::Hooks, DistAdamMode::AfterBackward}) {
+    std::vector<torch::Tensor> mine;
+    for (auto& p : makeParams()) mine.push_back(p.detach().to(gpu).requires_grad_(true));
+    DistAdam opt(mine, comm, options(), mode, comm.size(), 48);
+    opt.setAccumulationSteps(kAccumulation);
+    for (int step = 0; step < kSteps; ++step) {
+      opt.zero_grad();
+      for (int micro = 0; micro < kAccumulation; ++micro) {
+        auto loss = torch::zeros({}, torch::TensorOptions().device(gpu));
+        for (size_t i = 0; i < mine.size(); ++i) loss = loss + (mine[i] * localGrad(i, comm.rank(), step, micro).to(gpu)).sum();
+        loss.backward();
+      }
+      opt.step();
+    }
+    std::vector<torch::Tensor> onHost;
+    for (auto& p : mine) onHost.push_back(p.detach().cpu());
+    expectClose(onHost, referenceParams(comm.size()), "GPU, " + toString(mode) + ", staged over " +
+                                                         std::to_string(comm.size()) + " ranks");
+  }
+}
+
 // Note [gradient views]: backward accumulates into the buckets (every .grad is
 // a view of one, zero_grad keeps it so), and a .grad replaced by other code
 // still reaches the reduction (copied in, then bound again).
@@ -130,7 +160,8 @@ TEST(DistAdam, GradientsLiveInTheBucketsAndReplacedOnesStillCount) {
   opt.setAccumulationSteps(2);
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
-    static_cast<torch::optim::Optimizer&>(opt).zero_grad();  // Optimizer's own (detach + zero_) keeps them too
+    // Optimizer's own in-place zeroing (detach + zero_) keeps them too.
+    static_cast<torch::optim::Optimizer&>(opt).zero_grad(/*set_to_none=*/false);
     backwardOnce(ps, comm.rank(), step, 0);
     backwardOnce(ps, comm.rank(), step, 1);
     EXPECT_EQ(storages(), buckets) << "step " << step;

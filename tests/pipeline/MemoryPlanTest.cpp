@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/Communicator.h"
+#include "core/Device.h"
 #include "core/GraphSplit.h"
 #include "partition/CostModel.h"
 #include "partition/Profile.h"
@@ -28,14 +29,14 @@ torch::Tensor lossFn(const torch::Tensor& logits, const torch::Tensor& target) {
 
 // Learnable sequences (each row counts up by 3 from a random start), so the
 // reference run's loss visibly falls.
-std::vector<pipeline::MicroBatch> batchFor(int step) {
+std::vector<pipeline::MicroBatch> batchFor(int step, const c10::Device& device = c10::kCPU) {
   auto gen = at::detail::createCPUGenerator(kSeed * 1000 + step);
   auto starts = torch::randint(0, 64, {kMicroBatches * kMicroBatchSize, 1}, gen, torch::kLong);
   auto tokens = (starts + 3 * torch::arange(kSeq + 1, torch::kLong).unsqueeze(0)) % 64;
   std::vector<pipeline::MicroBatch> mbs;
   for (int i = 0; i < kMicroBatches; ++i) {
     auto rows = tokens.slice(0, i * kMicroBatchSize, (i + 1) * kMicroBatchSize);
-    mbs.push_back({rows.slice(1, 0, kSeq).contiguous(), rows.slice(1, 1, kSeq + 1).contiguous()});
+    mbs.push_back({rows.slice(1, 0, kSeq).contiguous().to(device), rows.slice(1, 1, kSeq + 1).contiguous().to(device)});
   }
   return mbs;
 }
@@ -97,9 +98,10 @@ struct Run {
   memory::StageMemoryStats stats;
 };
 
-Run train(const Communicator& comm, const std::string& schedule, Kind kind) {
+Run train(const Communicator& comm, const std::string& schedule, Kind kind, const c10::Device& device = c10::kCPU) {
   torch::manual_seed(kSeed);
   models::Gpt gpt(gptOptions());
+  gpt->to(device);
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   // Cut inside block 0, after the attention softmax (and its dropout).
   int cut = 0;
@@ -109,12 +111,13 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind) {
       break;
     }
   }
-  auto profile = partition::profileGraph(graph, graphInputs(graph, *gpt, {batchFor(0)[0].input}), {0, 1});
+  auto profile = partition::profileGraph(graph, graphInputs(graph, *gpt, {batchFor(0, device)[0].input}), {0, 1});
   auto storages = partition::savedStorages(graph, profile.facts);
   auto stages = splitGraph(graph, {cut});
   auto& stage = stages.at(comm.rank());
   pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), comm,
-                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches), lossFn, ExecMode::Eager);
+                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches), lossFn, ExecMode::Eager,
+                               {}, device);
   int freed = 0;
   worker.setMemoryPlan(planFor(kind, storages, stage, &freed), "");
   EXPECT_TRUE(kind == Kind::Keep || freed > 0) << kindName(kind) << " frees nothing on stage " << comm.rank();
@@ -122,7 +125,7 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind) {
   torch::manual_seed(kSeed + 100 + comm.rank());  // dropout's stream: the same in every run of this rank
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto loss = worker.trainStep(batchFor(step), opt);
+    auto loss = worker.trainStep(batchFor(step, device), opt);
     if (worker.isLast()) run.losses.push_back(loss.item<double>());
   }
   for (auto& p : worker.trainableParameters()) run.params.push_back(p.detach().clone());
@@ -158,6 +161,27 @@ TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
                 << run.stats.swap.bytesWritten << " bytes (" << run.stats.swap.reads << " reads, "
                 << run.stats.swap.demandReads << " not prefetched in time), recomputed " << run.stats.recomputedBytes
                 << " bytes in " << run.stats.recomputes << " re-runs: bitwise equal to keep-all" << std::endl;
+    }
+  }
+}
+
+// The same on a GPU (CTest entry cuda_np2; both ranks on GPU 0, MPI staging
+// between them): swapped storages go to pinned host memory on a side stream
+// (memory/PinnedHostSwapTier.h) and come back before their backward; with
+// deterministic kernels the results are bitwise those of keeping everything.
+TEST(CudaMemoryPlanExactness, PinnedHostSwapAndRecomputeEqualKeepAllBitwise) {
+  if (cudaDevices() == 0) GTEST_SKIP() << "no GPU can be used here: " << cudaAbsentReason();
+  const c10::Device gpu(c10::kCUDA, 0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  auto world = Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
+  ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
+  for (auto schedule : {"gpipe", "1f1b"}) {
+    const auto reference = train(world, schedule, Kind::Keep, gpu);
+    for (auto kind : {Kind::SwapAll, Kind::RecomputeAll, Kind::Mixed1}) {
+      const auto run = train(world, schedule, kind, gpu);
+      expectBitwiseEqual(run, reference, std::string("GPU, ") + schedule + ", " + kindName(kind));
+      if (kind == Kind::SwapAll) EXPECT_GT(run.stats.swap.bytesRead, 0);
+      if (kind == Kind::RecomputeAll) EXPECT_GT(run.stats.recomputes, 0);
     }
   }
 }
