@@ -1,5 +1,7 @@
 #include "launcher/Evaluation.h"
 
+#include "core/TransferGuard.h"
+
 #include <chrono>
 #include <string>
 
@@ -34,7 +36,8 @@ std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const st
 Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph,
                      const std::vector<int>& cuts, int stageIndex, int dpRank, Communicator pipelineComm,
                      Communicator dpComm, int chunks, std::vector<Communicator> boundaryComms)
-    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), classifier_(!setup.targetsAreInputs), dpComm_(std::move(dpComm)) {
+    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), classifier_(!setup.targetsAreInputs),
+      device_(setup.device), dpComm_(std::move(dpComm)) {
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
@@ -45,7 +48,7 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   for (size_t s = stageIndex; s < stages.size(); s += p) {
     workers_.push_back(std::make_unique<pipeline::StageWorker>(stages[s], setup.tensorsByName(stages[s].paramInputs),
                                                                pipelineComm, schedule, setup.loss, ExecMode::Eager,
-                                                               boundaryComms));
+                                                               boundaryComms, setup.device));
   }
 }
 
@@ -57,7 +60,8 @@ EvalResult Evaluator::run() {
   std::vector<pipeline::MicroBatch> mine;
   for (int64_t j = dpRank_; j < n / mbs; j += dp) {
     auto b = data_->slice(j * mbs, (j + 1) * mbs);
-    mine.push_back({b.input, b.target});
+    TransferScope scope(TransferScope::Kind::Data);
+    mine.push_back({b.input.to(device_), b.target.to(device_)});
   }
   pipeline::EvalSums sums;
   for (size_t mb = 0; mb < mine.size(); ++mb) {

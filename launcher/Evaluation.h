@@ -58,6 +58,7 @@ class Evaluator {
   const Config& c_;
   int stageIndex_, dpRank_;
   bool classifier_;  // accuracy too (not when the model returns its own loss)
+  c10::Device device_;  // where the stages run (the model's device)
   Communicator dpComm_;
   std::unique_ptr<data::FashionMnist> data_;
   std::vector<std::unique_ptr<pipeline::StageWorker>> workers_;  // this rank's stages, in model order

@@ -762,9 +762,13 @@ void Trainer::report() {
   if (c_.logging.trace) {
     std::string steps;
     for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+    // On a GPU the process names its device; its events are the host's view
+    // (when work was enqueued and waited for), not the kernels' own times.
     const auto timeline = writeTimeline(
-        world_, trace_, "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_), outDir_,
-        stageIndex_, c_.pipeline.stages, plan_ ? &*plan_ : nullptr);
+        world_, trace_,
+        "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_) +
+            (device_.is_cuda() ? " (" + device_.str() + ")" : ""),
+        outDir_, stageIndex_, c_.pipeline.stages, plan_ ? &*plan_ : nullptr);
     if (rank_ == 0) {
       log::info("trace: " + timeline.path + " (steps " + steps + "; open it in ui.perfetto.dev or chrome://tracing)");
       log::info(timeline.summary);
