@@ -42,7 +42,7 @@ struct WaitTimer {
   }
 };
 
-const std::vector<CommBackendInfo> kBackends = {
+const std::vector<Choice<CommBackendKind>> kBackends = {
     {CommBackendKind::Mpi, "mpi", "Open MPI; CUDA tensors staged through host memory (ranks may share a GPU)"},
     {CommBackendKind::Nccl, "nccl", "NCCL on the GPUs (one GPU per rank; CUDA builds)"},
 };
@@ -79,22 +79,10 @@ std::string shapeText(const std::vector<int64_t>& shape) {
 
 // ---------------- backend choices ----------------
 
-const std::vector<CommBackendInfo>& commBackendKinds() { return kBackends; }
-
-const char* commBackendName(CommBackendKind kind) {
-  for (auto& b : kBackends) {
-    if (b.kind == kind) return b.name;
-  }
-  return "?";
-}
-
+const std::vector<Choice<CommBackendKind>>& commBackendKinds() { return kBackends; }
+const char* commBackendName(CommBackendKind kind) { return choiceName(kBackends, kind); }
 CommBackendKind parseCommBackend(const std::string& name) {
-  std::string names;
-  for (auto& b : kBackends) {
-    if (name == b.name) return b.kind;
-    names += (names.empty() ? "" : " | ") + std::string(b.name);
-  }
-  throw ConfigError("unknown communication backend '" + name + "' (expected " + names + ")");
+  return parseChoice(kBackends, name, "communication backend");
 }
 
 bool commBackendBuilt(CommBackendKind kind) {

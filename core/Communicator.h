@@ -56,6 +56,7 @@
 #include <string>
 #include <vector>
 
+#include "core/Choice.h"
 #include "core/CommActivity.h"
 #include "core/CommBackend.h"
 
@@ -63,13 +64,8 @@ namespace sluice {
 
 class MpiBackend;
 
-// The backends a job can choose for its CUDA tensors (job.backend), one row each.
-struct CommBackendInfo {
-  CommBackendKind kind;
-  const char* name;
-  const char* summary;
-};
-const std::vector<CommBackendInfo>& commBackendKinds();
+// The backends a job can choose for its CUDA tensors (job.backend), one row each (core/Choice.h).
+const std::vector<Choice<CommBackendKind>>& commBackendKinds();
 const char* commBackendName(CommBackendKind kind);
 // Throws ConfigError listing the names.
 CommBackendKind parseCommBackend(const std::string& name);

@@ -16,7 +16,7 @@
 namespace sluice {
 namespace {
 
-const std::vector<DeviceKindInfo> kKinds = {
+const std::vector<Choice<DeviceKind>> kKinds = {
     {DeviceKind::Cpu, "cpu", "this host's cores"},
     {DeviceKind::Cuda, "cuda", "one NVIDIA GPU per rank (LOCAL_RANK modulo the GPUs present); CUDA builds"},
 };
@@ -59,23 +59,9 @@ const CudaFacts& cudaFacts() {
 
 }  // namespace
 
-const std::vector<DeviceKindInfo>& deviceKinds() { return kKinds; }
-
-const char* deviceKindName(DeviceKind kind) {
-  for (auto& k : kKinds) {
-    if (k.kind == kind) return k.name;
-  }
-  return "?";
-}
-
-DeviceKind parseDeviceKind(const std::string& name) {
-  std::string names;
-  for (auto& k : kKinds) {
-    if (name == k.name) return k.kind;
-    names += (names.empty() ? "" : " | ") + std::string(k.name);
-  }
-  throw ConfigError("unknown device '" + name + "' (expected " + names + ")");
-}
+const std::vector<Choice<DeviceKind>>& deviceKinds() { return kKinds; }
+const char* deviceKindName(DeviceKind kind) { return choiceName(kKinds, kind); }
+DeviceKind parseDeviceKind(const std::string& name) { return parseChoice(kKinds, name, "device"); }
 
 bool cudaBuilt() {
 #if SLUICE_CUDA

@@ -13,17 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "core/Choice.h"
+
 namespace sluice {
 
 enum class DeviceKind { Cpu, Cuda };
 
-// One row per device kind (STYLE rule 9: the choice and its traits in one table).
-struct DeviceKindInfo {
-  DeviceKind kind;
-  const char* name;
-  const char* summary;
-};
-const std::vector<DeviceKindInfo>& deviceKinds();
+// One row per device kind (core/Choice.h).
+const std::vector<Choice<DeviceKind>>& deviceKinds();
 const char* deviceKindName(DeviceKind kind);
 // Throws ConfigError listing the names.
 DeviceKind parseDeviceKind(const std::string& name);

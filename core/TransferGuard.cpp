@@ -100,21 +100,17 @@ std::optional<std::string> RoundTripDetector::observe(const TransferEvent& e) {
   return std::nullopt;
 }
 
+const std::vector<Choice<TransferGuardMode>> kModes = {
+    {TransferGuardMode::Off, "off", "count copies only"},
+    {TransferGuardMode::Warn, "warn", "log each round trip once per pair of places"},
+    {TransferGuardMode::Error, "error", "a round trip stops the job before the update"},
+};
+
 TransferGuardMode parseTransferGuardMode(const std::string& name) {
-  if (name == "off") return TransferGuardMode::Off;
-  if (name == "warn") return TransferGuardMode::Warn;
-  if (name == "error") return TransferGuardMode::Error;
-  throw ConfigError("unknown transfer guard mode '" + name + "' (expected off | warn | error)");
+  return parseChoice(kModes, name, "transfer guard mode");
 }
 
-const char* transferGuardModeName(TransferGuardMode mode) {
-  switch (mode) {
-    case TransferGuardMode::Off: return "off";
-    case TransferGuardMode::Warn: return "warn";
-    case TransferGuardMode::Error: return "error";
-  }
-  return "?";
-}
+const char* transferGuardModeName(TransferGuardMode mode) { return choiceName(kModes, mode); }
 
 namespace transfers {
 

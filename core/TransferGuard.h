@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/Choice.h"
 #include "core/Error.h"
 
 namespace sluice {

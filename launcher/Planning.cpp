@@ -18,6 +18,8 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
                                 const Communicator& comm) {
   KeepBuffers keep(*setup.module);  // profiling runs forward many times
   auto batch = setup.dataset->batch(0, c.training.microBatchSize);
+  batch.input = batch.input.to(setup.device);  // profiled where the job runs
+  batch.target = batch.target.to(setup.device);
   auto inputs = graphInputs(graph, *setup.module, setup.dataInputs(batch));
   log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
             std::to_string(c.training.microBatchSize) + " ...");
@@ -30,10 +32,16 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   auto profile = partition::profileGraph(graph, inputs, options);
   partition::averageOverRanks(profile, comm);  // the refill pieces come from the node times: the same on every rank
   // Note [refill after a wait] (partition/Refill.h): what a stage's work loses when its rank waited.
-  log::info("profile: timing forwards and backwards right after a wait ...");
   faults::inProfile(comm.rank());  // tests/cli/faults.sh: a failure here must end every rank
-  profile.refill = partition::measureRefill(graph, inputs, profile, comm);
-  log::info("profile: refill " + profile.refill.describe());
+  if (setup.device.is_cpu()) {
+    log::info("profile: timing forwards and backwards right after a wait ...");
+    profile.refill = partition::measureRefill(graph, inputs, profile, comm);
+    log::info("profile: refill " + profile.refill.describe());
+  } else {
+    // The refill is a CPU core's: its caches taken by the other rank while it
+    // waited. A GPU's kernels do not run on the waiting host thread's core.
+    log::info("profile: no refill after waits on " + setup.device.str());
+  }
   torch::Tensor output;
   {
     torch::NoGradGuard noGrad;

@@ -495,7 +495,8 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   const auto& params = worker_->trainableParameters();
   std::vector<torch::Tensor> finite;
   for (const auto& p : params) {
-    finite.push_back(p.grad().defined() ? torch::isfinite(p.grad().sum()) : torch::ones({}, torch::kBool));
+    finite.push_back(p.grad().defined() ? torch::isfinite(p.grad().sum())
+                                        : torch::ones({}, torch::TensorOptions().dtype(torch::kBool).device(device_)));
   }
   auto flags = finite.empty() ? torch::ones({1}, torch::kBool) : torch::stack(finite);
   if (c_.training.nanPolicy == "abort") {

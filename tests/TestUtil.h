@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "core/Communicator.h"
 #include "core/OpGraph.h"
 #include "models/Gpt.h"
 #include "partition/Profile.h"
@@ -23,6 +24,15 @@ inline models::GptOptions tinyGpt(int layers = 2) {
 inline OpGraph captureGpt(models::Gpt& gpt, int64_t batch, int64_t seq) {
   auto tokens = torch::zeros({batch, seq}, torch::TensorOptions().dtype(torch::kLong).device(gpt->parameters()[0].device()));
   return capture(*gpt, [&](const std::vector<torch::Tensor>& in) { return gpt->forward(in[0]); }, {{"tokens", tokens}});
+}
+
+// The world on one GPU that every rank shares (multi-rank CUDA tests): GPU
+// tensors between ranks staged over MPI (NCCL needs a GPU per rank), and
+// deterministic kernels (embedding's backward otherwise adds with atomics in
+// any order), so that runs compare bitwise where the arithmetic is the same.
+inline Communicator sharedGpuWorld(const c10::Device& gpu) {
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  return Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
 }
 
 // A profile of `graph` with random node times (torch::rand, so seeded by

@@ -227,8 +227,7 @@ TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
 TEST(CudaEquivalence, OneAndTwoStagesOnOneGpuMatchSingleProcessAdamW) {
   if (cudaDevices() == 0) GTEST_SKIP() << "no GPU can be used here: " << cudaAbsentReason();
   const c10::Device gpu(c10::kCUDA, 0);
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-  auto world = Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
+  auto world = test::sharedGpuWorld(gpu);
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   auto ref = referenceLosses(gpu);
   EXPECT_LT(ref.back(), ref.front()) << "the reference run should learn something";

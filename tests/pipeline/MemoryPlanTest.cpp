@@ -172,8 +172,7 @@ TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
 TEST(CudaMemoryPlanExactness, PinnedHostSwapAndRecomputeEqualKeepAllBitwise) {
   if (cudaDevices() == 0) GTEST_SKIP() << "no GPU can be used here: " << cudaAbsentReason();
   const c10::Device gpu(c10::kCUDA, 0);
-  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-  auto world = Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
+  auto world = test::sharedGpuWorld(gpu);
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   for (auto schedule : {"gpipe", "1f1b"}) {
     const auto reference = train(world, schedule, Kind::Keep, gpu);
