@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/Error.h"
+#include "core/RandomStream.h"
 
 namespace sluice {
 
@@ -27,6 +28,8 @@ struct NodeProgram::Step {
   c10::TypePtr listElement;         // kind == ListConstruct
   std::vector<int> inputs, outputs; // slots
   std::vector<int> release;         // slots whose last reader is this node
+  bool random = false;              // draws random numbers (drawsRandom)
+  int streamId = -1;                // its stable index (Note [random streams])
 };
 
 namespace {
@@ -67,7 +70,8 @@ void runStructural(StepKind kind, const c10::TypePtr& listElement, const torch::
 
 }  // namespace
 
-NodeProgram::NodeProgram(std::shared_ptr<torch::jit::Graph> graph) : graph_(std::move(graph)) {
+NodeProgram::NodeProgram(std::shared_ptr<torch::jit::Graph> graph, std::vector<int> streamIds)
+    : graph_(std::move(graph)) {
   std::unordered_map<const torch::jit::Value*, int> slot;
   for (auto* in : graph_->inputs()) slot[in] = numSlots_++;
   std::unordered_map<int, int> lastReader;  // slot -> node position
@@ -98,6 +102,8 @@ NodeProgram::NodeProgram(std::shared_ptr<torch::jit::Graph> graph) : graph_(std:
                                                          << ")");
       step.operation.emplace(node->getOperation());
     }
+    step.random = drawsRandom(node);
+    if (pos < static_cast<int>(streamIds.size())) step.streamId = streamIds[pos];
     for (auto* in : node->inputs()) {
       const int s = slot.at(in);
       step.inputs.push_back(s);
@@ -141,6 +147,12 @@ int NodeProgram::graphInputIndex(const torch::jit::Value* v) const {
 
 void NodeProgram::runNode(int pos, Stack& stack) const {
   const Step& step = steps_.at(pos);
+  if (step.random && activeRandomKey()) {
+    SLUICE_CHECK(step.streamId >= 0, GraphError,
+                 "node " << pos << " (" << nodes_[pos]->kind().toQualString()
+                         << ") draws random numbers but has no stream id (Note [random streams]; internal error)");
+    seedForNode(step.streamId);
+  }
   switch (step.kind) {
     case StepKind::Operation:
       (*step.operation)(stack);

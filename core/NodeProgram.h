@@ -12,6 +12,13 @@
 // (as TorchScript's interpreter does), so an intermediate is freed as soon as
 // nothing needs it, unless autograd saved it.
 //
+// Random nodes (core/RandomStream.h): with stream ids (per position, the
+// node's index in the whole model's OpGraph), a random node run while a
+// RandomKeyScope is active first seeds the generator with its stream
+// (Note [random streams]), in run() and runNode() alike, so a recompute of
+// the node replays its forward's draws. Without a key the generator is used
+// as it is.
+//
 // Node positions are 0-based over graph->nodes() (constants included).
 // Thread use: the program is immutable after construction; run() and
 // runNode() may be called from several threads at once.
@@ -45,7 +52,9 @@ class NodeObserver {
 
 class NodeProgram {
  public:
-  explicit NodeProgram(std::shared_ptr<torch::jit::Graph> graph);
+  // streamIds: per position, the node's stable index (-1: none); empty: none.
+  // A random node without one is a GraphError when run under a random key.
+  explicit NodeProgram(std::shared_ptr<torch::jit::Graph> graph, std::vector<int> streamIds = {});
   ~NodeProgram();
   NodeProgram(const NodeProgram&) = delete;
   NodeProgram& operator=(const NodeProgram&) = delete;

@@ -9,6 +9,7 @@
 #include "core/Error.h"
 #include "core/Log.h"
 #include "core/NodeProgram.h"
+#include "core/RandomStream.h"
 
 namespace sluice {
 
@@ -33,15 +34,25 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 StageModule::StageModule(std::shared_ptr<torch::jit::Graph> graph, std::string name, ExecMode mode,
-                         std::vector<std::string> inputNames)
-    : graph_(std::move(graph)), name_(std::move(name)), mode_(mode), inputNames_(std::move(inputNames)) {}
+                         std::vector<std::string> inputNames, std::vector<int> streamIds)
+    : graph_(std::move(graph)), name_(std::move(name)), mode_(mode), inputNames_(std::move(inputNames)),
+      streamIds_(std::move(streamIds)) {
+  if (mode_ != ExecMode::Compiled || streamIds_.empty()) return;
+  for (auto* node : graph_->nodes()) {
+    SLUICE_CHECK(!drawsRandom(node), GraphError,
+                 name_ << ": " << node->kind().toQualString() << " (output %" << node->output(0)->debugName()
+                       << ") draws random numbers, and pipeline.execution: compiled runs the stage as one TorchScript "
+                          "function, which cannot key each random node's numbers to the step, micro-batch and node "
+                          "(Note [random streams]): use pipeline.execution: eager, or turn the model's dropout off");
+  }
+}
 
 StageModule::~StageModule() = default;
 StageModule::StageModule(StageModule&&) noexcept = default;
 StageModule& StageModule::operator=(StageModule&&) noexcept = default;
 
 const NodeProgram& StageModule::program() {
-  if (!program_) program_ = std::make_unique<NodeProgram>(graph_);
+  if (!program_) program_ = std::make_unique<NodeProgram>(graph_, streamIds_);
   return *program_;
 }
 

@@ -10,6 +10,12 @@
 // backward is LibTorch autograd and parameter gradients accumulate into the
 // parameters' .grad.
 //
+// Random nodes (Note [random streams], core/RandomStream.h): given stream
+// ids (the OpGraph index of each node), eager mode keys each random node's
+// draws by the active RandomKeyScope; compiled mode cannot, so a stage given
+// stream ids whose graph draws random numbers is refused in compiled mode
+// (GraphError naming the node).
+//
 // Counters (compiles, cache hits, compile/execute seconds) are cumulative.
 // When the same stage compiles more than kRecompileWarnAfter signatures, a
 // warning names the input whose shape changed (pad or bucket shapes to avoid it).
@@ -49,7 +55,7 @@ class StageModule {
   static constexpr int kRecompileWarnAfter = 3;
 
   StageModule(std::shared_ptr<torch::jit::Graph> graph, std::string name, ExecMode mode = ExecMode::Compiled,
-              std::vector<std::string> inputNames = {});
+              std::vector<std::string> inputNames = {}, std::vector<int> streamIds = {});
   ~StageModule();
   StageModule(StageModule&&) noexcept;
   StageModule& operator=(StageModule&&) noexcept;
@@ -68,6 +74,7 @@ class StageModule {
   std::string name_;
   ExecMode mode_;
   std::vector<std::string> inputNames_;
+  std::vector<int> streamIds_;
   std::unordered_map<std::string, std::unique_ptr<Compiled>> cache_;
   std::unique_ptr<NodeProgram> program_;
   std::vector<std::vector<int64_t>> lastShapes_;

@@ -558,7 +558,10 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
                     global.target.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows)};
   std::vector<pipeline::MicroBatch> micro;
   for (int i = 0; i < m; ++i) {
-    micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs)});
+    // Its rows are the global batch's micro-batch dpRank * m + i, whatever
+    // the layout: so is its random key (Note [random streams]).
+    const RandomKey key{static_cast<uint64_t>(c_.job.seed), step, static_cast<int64_t>(dpRank_) * m + i};
+    micro.push_back({batch.input.slice(0, i * mbs, (i + 1) * mbs), batch.target.slice(0, i * mbs, (i + 1) * mbs), key});
   }
   // On a GPU each micro-batch goes over once, from pinned memory, without the
   // host waiting (the copy is ordered on the compute stream before its forward).

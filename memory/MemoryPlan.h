@@ -18,8 +18,9 @@
 //              the backward that needs it (prefetched);
 //   recompute  dropped; on the first backward read it is rebuilt by re-running
 //              `segment` (the producer, the in-place writers of its storage,
-//              and the producers of any input nothing saved), in order, with
-//              the RNG state each random node saw in forward.
+//              and the producers of any input nothing saved), in order, under
+//              the random key of its forward (Note [random streams]), so
+//              random nodes draw the same numbers.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,6 @@ namespace sluice::memory {
 
 enum class TensorAction { Keep = 0, Swap = 1, Recompute = 2 };
 const char* actionName(TensorAction action);
-// Ops that draw from the random generator (dropout, rand*, bernoulli, ...).
-bool isRandomOp(const std::string& op);
 
 struct StorageKey {
   int node = -1;  // OpGraph index of the producer

@@ -10,6 +10,7 @@
 
 #include "core/Error.h"
 #include "core/OpGraph.h"
+#include "core/RandomStream.h"
 #include "memory/SavedRecord.h"
 
 namespace sluice::memory::detail {
@@ -169,19 +170,13 @@ void recompute(Record& target) {
     }
     return nullptr;
   };
-  auto rngState = [&](int pos) -> const at::Tensor* {
-    for (auto& st : states) {
-      auto it = st->rngStates.find(pos);
-      if (it != st->rngStates.end()) return &it->second;
-    }
-    return nullptr;
-  };
-  auto gen = at::globalContext().defaultGenerator(c.device);
-  at::Tensor generatorBefore;
-  if (std::any_of(positions.begin(), positions.end(), [&](int pos) { return rngState(pos) != nullptr; })) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    generatorBefore = gen.get_state();
+  // Random nodes replay their forward's draws: the same key (Note [random streams]).
+  std::optional<RandomKey> random;
+  for (auto& st : states) {
+    if (st->random) random = st->random;
   }
+  std::optional<RandomKeyScope> randomScope;
+  if (random) randomScope.emplace(*random, c.device);
   // Note [lean replay]: only nodes that made a storage waiting to be rebuilt
   // run under grad mode (so autograd saves exactly what forward saved, and
   // the slots match); their inputs from earlier group nodes become leaves
@@ -253,10 +248,6 @@ void recompute(Record& target) {
     for (auto& v : stack) tensorsIn(v, known);
     std::unordered_set<const c10::StorageImpl*> knownStorages;
     for (auto& t : known) knownStorages.insert(storageOf(t));
-    if (const at::Tensor* rng = rngState(pos)) {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(*rng);
-    }
     std::vector<at::Tensor> packed;
     if (isTarget) {
       torch::AutoGradMode gradMode(true);
@@ -300,13 +291,9 @@ void recompute(Record& target) {
       }
     }
   }
-  if (generatorBefore.defined()) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(generatorBefore);
-  }
   keepBuffers.reset();  // autograd saved running_mean/var and checks their versions at unpack
   // Rebuilt: the captured inputs (and the records they pin) can go.
-  for (auto& st : states) st->captures.clear(), st->rngStates.clear();
+  for (auto& st : states) st->captures.clear();
   for (auto* r : members) r->segment.reset();
   ++c.stats.recomputes;
   if (c.trace && mark.active) {

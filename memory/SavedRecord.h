@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/NodeProgram.h"
+#include "core/RandomStream.h"
 #include "core/Trace.h"
 #include "memory/MemoryFacts.h"
 #include "memory/MemoryPlan.h"
@@ -46,14 +47,14 @@ struct Context {
   std::vector<std::vector<int>> segmentPositions;  // per decision (recompute): positions, ascending
   std::vector<char> inSegment;                     // per position
   std::vector<std::vector<char>> captureInput;     // per position, per input
-  std::vector<char> randomNode;                    // per position: random and in some segment
+  std::vector<char> randomNode;                    // per position: draws random numbers and in some segment
   std::shared_ptr<SwapEngine> engine;
   StageMemoryStats stats;
   bool recordFacts = false;
   MemoryFacts facts;
   std::map<StorageKey, int> factIndex;
   std::string stageName;
-  c10::Device device = c10::Device(c10::kCPU);  // the stage's: its generator draws the random nodes' numbers
+  c10::Device device = c10::Device(c10::kCPU);  // the stage's: a recompute seeds its generator (RandomKeyScope)
   TraceRecorder* trace = nullptr;  // recomputes as trace events (StageMemory::setTrace)
   int backwardMicroBatch = -1;     // the micro-batch in backward (trace events)
 
@@ -75,7 +76,7 @@ struct Captured {
 struct SegmentState {
   int decision = -1;
   std::unordered_map<int, std::vector<Captured>> captures;  // position -> per input (unset: not captured)
-  std::unordered_map<int, at::Tensor> rngStates;            // position -> CPU generator state before it ran
+  std::optional<RandomKey> random;  // the key its forward ran under (Note [random streams])
 };
 
 // The records of one micro-batch by key, so that one recompute can fill the
@@ -133,7 +134,7 @@ struct MicroBatchState {
   std::vector<int> nextSlot;
   std::unordered_map<const c10::StorageImpl*, Entry> storages;
   std::unordered_map<int, std::vector<Captured>> captures;
-  std::unordered_map<int, at::Tensor> rngStates;
+  std::optional<RandomKey> random;  // the active key at beginForward
   std::vector<std::shared_ptr<Record>> recomputeRecords;
   std::shared_ptr<Registry> registry = std::make_shared<Registry>();
   std::vector<std::pair<const c10::StorageImpl*, uint32_t>> inputVersions;  // facts: before the node

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/Error.h"
+#include "core/RandomStream.h"
 #include "memory/SavedRecord.h"
 
 namespace sluice::memory {
@@ -27,15 +28,6 @@ const char* actionName(TensorAction a) {
     case TensorAction::Recompute: return "recompute";
   }
   return "?";
-}
-
-bool isRandomOp(const std::string& op) {
-  static const std::set<std::string> exact = {"aten::normal",     "aten::normal_",  "aten::uniform_",
-                                              "aten::multinomial", "aten::rrelu",    "aten::rrelu_with_noise",
-                                              "aten::exponential_", "aten::poisson", "aten::geometric_",
-                                              "aten::cauchy_",     "aten::log_normal_"};
-  return op.find("dropout") != std::string::npos || op.rfind("aten::rand", 0) == 0 ||
-         op.find("bernoulli") != std::string::npos || exact.count(op) > 0;
 }
 
 bool MemoryPlan::freesAnything() const {
@@ -137,7 +129,7 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
   for (int pos = 0; pos < n; ++pos) {
     if (!c.inSegment[pos]) continue;
     auto* node = program.node(pos);
-    c.randomNode[pos] = isRandomOp(node->kind().toQualString()) ? 1 : 0;
+    c.randomNode[pos] = drawsRandom(node) ? 1 : 0;
     c.captureInput[pos].assign(node->inputs().size(), 0);
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       const int producer = program.producerOf(node->inputs()[i]);
@@ -189,6 +181,7 @@ void StageMemory::beginForward(int microBatch, const std::vector<torch::Tensor>&
   if (context_->engine) context_->engine->check();
   forward_ = std::make_unique<MicroBatchState>();
   forward_->microBatch = microBatch;
+  if (const RandomKey* key = activeRandomKey()) forward_->random = *key;
   forward_->nextSlot.assign(context_->program->numNodes(), 0);
   for (auto& t : boundaryInputs) {
     if (auto* s = storageOf(t)) {
@@ -216,11 +209,12 @@ void StageMemory::beforeNode(int pos, const std::vector<c10::IValue>& inputs) {
     e.external = true;
     f.storages[s] = std::move(e);
   }
-  if (c.randomNode[pos]) {
-    auto gen = at::globalContext().defaultGenerator(c.device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    f.rngStates[pos] = gen.get_state();
-  }
+  // A recompute replays a random node's draws only under the key its
+  // forward ran under (Note [random streams]): there must be one.
+  SLUICE_CHECK(!c.randomNode[pos] || f.random, MemoryError,
+               c.stageName << ": " << c.nodeName(pos)
+                           << " draws random numbers and is recomputed, but the forward runs without a random key "
+                              "(RandomKeyScope); its recompute could not replay the same numbers");
   if (c.recordFacts) {
     f.inputVersions.clear();
     for (auto& t : tensors) {
@@ -385,11 +379,10 @@ void StageMemory::endForward() {
   for (auto& r : f.recomputeRecords) {
     auto seg = std::make_shared<SegmentState>();
     seg->decision = r->decision;
+    seg->random = f.random;
     for (int pos : c.segmentPositions[r->decision]) {
       auto cap = f.captures.find(pos);
       if (cap != f.captures.end()) seg->captures[pos] = cap->second;
-      auto rng = f.rngStates.find(pos);
-      if (rng != f.rngStates.end()) seg->rngStates[pos] = rng->second;
     }
     r->segment = std::move(seg);
   }

@@ -12,8 +12,10 @@
 // captured tensor that is itself swapped or recomputed is held as a reference
 // to that storage's record, not as memory), and the first backward read
 // re-runs the segment with grad mode on, each captured input's requires_grad
-// as in forward, and the CPU generator set to the state each random node saw
-// (then restored). Every saved tensor's version is checked at unpack (Note
+// as in forward, under the random key the forward ran under (Note [random
+// streams], core/RandomStream.h: a random node in a recomputed segment needs
+// one; the NodeProgram needs stream ids), so random nodes draw the same
+// numbers without any generator state being kept. Every saved tensor's version is checked at unpack (Note
 // [saved tensor rules], SavedTensorHooks.h): an in-place change after saving
 // is a MemoryError naming the op that saved it.
 //

@@ -10,6 +10,7 @@
 
 #include "core/Device.h"
 #include "core/Error.h"
+#include "core/RandomStream.h"
 #include "core/GraphSplit.h"
 #include "core/Log.h"
 #include "core/NodeProgram.h"
@@ -147,7 +148,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
     auto& p = profile.nodes[n.index];
     p.index = n.index;
     p.op = n.op;
-    p.random = memory::isRandomOp(n.op);
+    p.random = isRandomOp(n.op);
     p.recomputable = !profile.facts.writesParameter[n.index];
     for (auto& name : n.params) {
       if (!paramsSeen.insert(name).second) continue;

@@ -43,7 +43,7 @@ StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Co
                          c10::Device device)
     : stage_(std::move(stage)), params_(std::move(params)), device_(device), comm_(std::move(pipelineComm)),
       schedule_(std::move(schedule)), lossFn_(std::move(lossFn)),
-      module_(stage_.graph, "stage" + std::to_string(stage_.index), mode) {
+      module_(stage_.graph, "stage" + std::to_string(stage_.index), mode, {}, stage_.nodeIndex) {
   SLUICE_CHECK(params_.size() == stage_.paramInputs.size(), GraphError,
                "stage " << stage_.index << " needs " << stage_.paramInputs.size() << " parameters, got "
                         << params_.size());
@@ -148,6 +148,9 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
   std::vector<torch::Tensor> in = st.inputs;
   in.insert(in.end(), params_.begin(), params_.end());
   const auto t0 = std::chrono::steady_clock::now();
+  RandomKey key = data.random;
+  if (key.microBatch < 0) key.microBatch = mb;
+  RandomKeyScope randomScope(key, device_);
   if (memory_) {
     memory_->beginForward(mb, st.inputs);
     {

@@ -26,6 +26,10 @@
 // - With a memory plan (setMemoryPlan; eager execution), saved tensors are
 //   kept, swapped or recomputed as the plan says (memory::StageMemory);
 //   swapped ones are prefetched in the order the schedule runs backwards.
+// - Each micro-batch's forward runs under its random key (MicroBatch::random,
+//   Note [random streams]): random nodes draw the same numbers on any split,
+//   schedule and memory plan. A stage that draws random numbers must run
+//   eager (ExecMode::Eager).
 // - Each micro-batch's loss is lossFn(output, target) / microBatches, so the
 //   accumulated gradient is that of the mean loss over the step's batch, and
 //   the returned loss (last stage only; undefined elsewhere) is that mean,
@@ -48,6 +52,7 @@
 
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
+#include "core/RandomStream.h"
 #include "core/StageModule.h"
 #include "memory/SavedTensorHooks.h"
 #include "memory/StageMemory.h"
@@ -60,6 +65,9 @@ namespace sluice::pipeline {
 struct MicroBatch {
   torch::Tensor input;   // read by stage 0
   torch::Tensor target;  // read by the last stage (and by stage 0 when the graph takes it as a second data input)
+  // The key of its random nodes' draws (Note [random streams]); microBatch -1:
+  // its index in the step's list.
+  RandomKey random;
 };
 
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;

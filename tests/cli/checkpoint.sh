@@ -9,8 +9,10 @@
 # checkpoints are refused with nothing written.
 source "$(dirname "$0")/lib.sh"
 cfg="$ROOT/configs/quickstart.yaml"
+# Dropout on: a restart and a resume into another layout continue the same
+# draws (Note [random streams]).
 small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
-       --set logging.interval=1 --set training.steps=150)
+       --set logging.interval=1 --set training.steps=150 --set model.dropout=0.1)
 N=150  # steps: enough (about 2 s) for a SIGTERM to arrive mid-run
 train() {
   local name=$1; shift

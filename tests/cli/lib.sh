@@ -16,16 +16,17 @@ PY=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
 # losses FILE: one loss per line, in step order.
 losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
 
-# compare_losses REF_DIR OTHER_DIR STEPS: both runs' metrics.jsonl have STEPS
-# losses, equal to a relative 1e-5 (prints the largest difference).
+# compare_losses REF_DIR OTHER_DIR STEPS [TOLERANCE]: both runs' metrics.jsonl
+# have STEPS losses, equal to a relative TOLERANCE (1e-5; prints the largest difference).
 compare_losses() {
-  local a=$1 b=$2 steps=$3 n1 n2
+  local a=$1 b=$2 steps=$3 tol=${4:-1e-5} n1 n2
   n1=$(losses "$a/metrics.jsonl" | wc -l)
   n2=$(losses "$b/metrics.jsonl" | wc -l)
   [ "$n1" -eq "$steps" ] && [ "$n2" -eq "$steps" ] || fail "expected $steps steps each, got $n1 ($a) and $n2 ($b)"
-  paste <(losses "$a/metrics.jsonl") <(losses "$b/metrics.jsonl") | awk -v a="$(basename "$a")" -v b="$(basename "$b")" '
+  paste <(losses "$a/metrics.jsonl") <(losses "$b/metrics.jsonl") |
+    awk -v a="$(basename "$a")" -v b="$(basename "$b")" -v tol="$tol" '
     { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > max) max = r;
-      if (r > 1e-5) { printf "step %d: %s %s vs %s %s (relative %g)\n", NR - 1, a, $1, b, $2, r; bad = 1 } }
+      if (r > tol + 0) { printf "step %d: %s %s vs %s %s (relative %g)\n", NR - 1, a, $1, b, $2, r; bad = 1 } }
     END { printf "%s vs %s: max relative difference over %d steps: %g\n", a, b, NR, max; exit bad }' ||
     fail "losses of $a and $b differ"
 }

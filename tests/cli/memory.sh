@@ -3,20 +3,22 @@
 # all from one profile: the measured peak of allocated bytes per stage is
 # within 10% of the plan's prediction when everything is kept, under a budget
 # the plan meets by swapping, and under the same budget without a swap tier
-# (recompute only); the budgets are met and the losses equal keeping
-# everything exactly. Then swap directories that cannot work: missing, not a
+# (recompute only), dropout on; the budgets are met and the losses equal
+# keeping everything exactly. Then swap directories that cannot work: missing, not a
 # directory, tmpfs, read-only, full: a clear error naming the directory,
 # a non-zero exit, no hang, and (before training) no output.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
-run=(--set training.steps=10 --set logging.interval=5)
+# Dropout on: recompute replays the draws from the random key (Note [random streams]).
+drop=(--set model.dropout=0.1)
+run=(--set training.steps=10 --set logging.interval=5 "${drop[@]}")
 
-"$SLUICE" profile "$CFG" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+"$SLUICE" profile "$CFG" "${drop[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
 # The budgets: 1 MiB above the smallest the partitioner can meet (it says so
 # when asked for less), with and without a swap tier. Keeping everything needs
 # about 48 MiB on stage 0, so both plans must swap or recompute.
 smallest_budget() {  # smallest_budget [args...] -> whole MiB, rounded up, plus 1
-  { "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
+  { "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
     grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ b = int($7); if (b < $7) b++; print b + 1 }'
 }
 BUDGET=$(smallest_budget)
@@ -27,7 +29,7 @@ echo "budgets: $BUDGET MiB with swap, $RBUDGET MiB recompute only"
 plan() {  # plan NAME [args...]
   local name=$1
   shift
-  "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" "$@" >"$TMP/$name.plan.log" 2>&1 ||
+  "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" "$@" >"$TMP/$name.plan.log" 2>&1 ||
     { cat "$TMP/$name.plan.log"; fail "partition $name"; }
 }
 train() {  # train NAME PLAN [args...]

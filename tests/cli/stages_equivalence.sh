@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# `sluice train` with 1 stage (AdamW), 2 stages (AdamW) and 2 stages x 2
-# data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), each
-# also with the zero-bubble schedule zb-h1 for the 2-stage runs, and 2 ranks
-# interleaved (2 stages each), plain and zero-bubble (interleaved-zb), same seed
-# and global batch, write the same per-step losses to metrics.jsonl, to a
-# relative 1e-5: compiled graphs of different cuts, and gradient averages over
-# replicas, round differently (see EquivalenceTest and DistAdamTest).
+# `sluice train` with dropout on, 1 stage (AdamW) against: 2 and 3 stages
+# (AdamW), the 2-stage config again (its own profile and plan), 2 stages x 2
+# data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), zb-h1
+# (2 stages, and 2 x 2), 2 ranks interleaved (2 stages each), plain and
+# zero-bubble (interleaved-zb), and the schedule `auto` chooses; same seed and
+# global batch. Random nodes draw from streams keyed by (seed, step, global
+# micro-batch, node) (Note [random streams]), so:
+# - pipeline layouts (any cuts, schedule or plan) give bitwise the 1-stage
+#   losses: the same ops on the same values in the same order (eager
+#   execution node by node; a boundary only moves a value between ranks);
+# - data-parallel layouts agree to a relative 1e-6: the replicas' gradients
+#   are averaged by a reduction (sum of 2 halves, then / 2) where one
+#   process accumulates 4 micro-batches, which rounds differently (~1e-7).
+# A 1-stage run without dropout differs (the masks are real).
 source "$(dirname "$0")/lib.sh"
+# Dropout on: every layout draws the same masks (Note [random streams]).
 small=(--set training.steps=10 --set logging.interval=5 --set model.layers=2 --set model.embd=64
-       --set model.heads=4 --set model.block_size=32)
+       --set model.heads=4 --set model.block_size=32 --set model.dropout=0.1)
 train() { local name=$1; shift; "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" "$@"; }
 train one --set pipeline.stages=1
 train two --set pipeline.stages=2
+# The same config again, planning anew from its own profile.
+train two_again --set pipeline.stages=2
+train three --set pipeline.stages=3
+train no_dropout --set pipeline.stages=1 --set model.dropout=0
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
 # Zero-bubble: backward split into input and weight gradients, weight gradients
@@ -25,10 +37,14 @@ train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
 
-compare_losses "$TMP/one" "$TMP/two" 10
-compare_losses "$TMP/one" "$TMP/two_by_two" 10
-compare_losses "$TMP/one" "$TMP/zb" 10
-compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10
+compare_losses "$TMP/one" "$TMP/two" 10 0
+compare_losses "$TMP/one" "$TMP/two_again" 10 0
+compare_losses "$TMP/one" "$TMP/three" 10 0
+compare_losses "$TMP/one" "$TMP/two_by_two" 10 1e-6
+compare_losses "$TMP/one" "$TMP/zb" 10 0
+compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10 1e-6
+[ "$(losses "$TMP/one/metrics.jsonl" | head -1)" != "$(losses "$TMP/no_dropout/metrics.jsonl" | head -1)" ] ||
+  fail "dropout 0.1 and dropout 0 give the same first loss: the masks are not applied"
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
 # zb-h1's last stage also holds the output gradients its deferred W re-enters
 # nodes with: the predicted peak (an upper bound) must cover the measured one.
@@ -36,13 +52,13 @@ read -r measured predicted < <(sed -n 's/.*stage 1 measured_peak_bytes=\([0-9]*\
   "$TMP/zb/logs/rank_1.log" | head -1)
 [ -n "$predicted" ] && [ "$measured" -le "$predicted" ] ||
   fail "zb-h1 stage 1 measured peak $measured bytes above the predicted $predicted"
-compare_losses "$TMP/one" "$TMP/inter" 10
+compare_losses "$TMP/one" "$TMP/inter" 10 0
 grep -q "schedule.*interleaved, 2 stages per rank" "$TMP/inter/logs/rank_0.log" || fail "the inter run did not interleave"
 grep -q "stage 3: nodes" "$TMP/inter/logs/rank_1.log" || fail "rank 1 of the inter run does not host stage 3"
 # Every planned run ends with the cost model's compute per rank next to the measured one.
 [ "$(grep -A3 "compute per micro-batch per rank" "$TMP/inter/logs/rank_0.log" | grep -cE "^ +[01] +[01] +[0-9.]+ +[0-9.]+ +-?[0-9]+%")" -eq 2 ] ||
   fail "the inter run did not print predicted vs measured compute for both ranks"
-compare_losses "$TMP/one" "$TMP/inter_zb" 10
+compare_losses "$TMP/one" "$TMP/inter_zb" 10 0
 grep -q "schedule.*interleaved-zb, 2 stages per rank" "$TMP/inter_zb/logs/rank_0.log" ||
   fail "the inter_zb run did not run interleaved-zb"
 # Its predicted peaks (interleaved-zb's own in-flight counts) cover the measured ones.
@@ -54,9 +70,9 @@ for r in 0 1; do
 done
 [ "$(grep -c "measured_peak_bytes=" "$TMP/inter_zb/logs/rank_"*.log | awk -F: '{ n += $2 } END { print n }')" -ge 2 ] ||
   fail "the inter_zb run reported no predicted vs measured peaks"
-compare_losses "$TMP/one" "$TMP/auto" 10
+compare_losses "$TMP/one" "$TMP/auto" 10 0
 grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms, interleaved-zb x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: 1-stage, 2-stage, 2x2, zb-h1 (2-stage, 2x2), interleaved and interleaved-zb (2 x 2 stages) losses agree"
+echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1, interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6"

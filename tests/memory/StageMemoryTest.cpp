@@ -11,6 +11,7 @@
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/NodeProgram.h"
+#include "core/RandomStream.h"
 #include "memory/CountingAllocator.h"
 #include "memory/StageMemory.h"
 #include "memory/SwapTier.h"
@@ -74,21 +75,25 @@ struct WholeStage {
 // One forward + backward under `plan`; returns the loss and every gradient.
 std::vector<torch::Tensor> trainStep(WholeStage& w, const MemoryPlan& plan, StageMemoryStats* stats = nullptr) {
   for (auto& p : w.params) p.mutable_grad() = torch::Tensor();
-  NodeProgram program(w.stage.graph);
+  NodeProgram program(w.stage.graph, w.stage.nodeIndex);
   StageMemoryOptions options;
   options.plan = plan;
   StageMemory memory(program, w.stage.nodeIndex, w.params, options);
   std::vector<c10::IValue> in{w.tokens};
   in.insert(in.end(), w.params.begin(), w.params.end());
-  torch::manual_seed(kSeed + 1);  // the same dropout masks in every run
-  memory.beginForward(0, {w.tokens});
+  // The same dropout masks in every run: keyed (Note [random streams]).
   std::vector<c10::IValue> out;
   {
+    RandomKeyScope key({kSeed, 3, 1}, c10::kCPU);
+    memory.beginForward(0, {w.tokens});
     SavedTensorScope scope(memory.hooks());
     out = program.run(in, &memory);
   }
   memory.endForward();
   memory.flushSwaps();  // on disk for real: backward reads them back
+  // Draws between forward and backward (other stages', other micro-batches')
+  // do not change what a recompute replays: it keeps no generator state.
+  torch::rand({1000});
   auto logits = out.at(0).toTupleRef().elements().at(0).toTensor();
   auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 64}), w.targets.reshape({-1}));
   memory.beginBackward(0);
@@ -132,7 +137,8 @@ TEST(StageMemory, ADroppedGraphLeavesNothingBehind) {
   for (auto kind : {Kind::Keep, Kind::SwapAll, Kind::RecomputeAll, Kind::Mixed}) {
     const int64_t before = allocatorStats().currentBytes;
     {
-      NodeProgram program(w.stage.graph);
+      NodeProgram program(w.stage.graph, w.stage.nodeIndex);
+      RandomKeyScope key({kSeed, 0, 0}, c10::kCPU);
       StageMemoryOptions options;
       options.plan = w.plan(kind);
       options.recordFacts = true;  // active even when keeping everything

@@ -1,0 +1,79 @@
+// core::RandomStream: the random numbers of training as a function of where
+// they are drawn, not of which process draws them or what ran before.
+//
+// Note [random streams]: every node that draws random numbers (dropout,
+// rand*, bernoulli, ...: isRandomOp) draws from a stream whose seed is
+//   streamSeed(job seed, optimizer step, micro-batch, node)
+// where micro-batch is the micro-batch's global index in the step (replica r
+// of d holding m micro-batches has r*m .. r*m+m-1; one process holding d*m
+// has them all, row for row the same) and node is the node's index in the
+// whole model's OpGraph, which every split keeps. Nothing else enters: so 1
+// process and any number of stages, chunks, replicas, any schedule and any
+// memory plan draw the same numbers, a recompute replays them by
+// construction (it runs under the key its forward ran under), a restart or a
+// resume into another layout continues the same run, and forwards outside a
+// training step (profiling, planning) cannot shift them.
+//
+// How: while a RandomKeyScope is active on the thread, NodeProgram seeds the
+// device's default generator with the node's stream seed right before the
+// node runs (seedForNode). On CPU that reseeds mt19937, which keeps the low
+// 32 bits of the seed (two of n draws share a mask with probability about
+// n^2 / 2^33: statistics, not exactness); on CUDA it sets the Philox key to
+// the 64-bit seed with offset 0, so the node's draws are Philox's counter
+// stream under that key, independent of the launch order. Cost: one reseed
+// per random node per micro-batch (mt19937's 624-word init, about 1 us).
+//
+// Compiled execution (a TorchScript GraphFunction) gives no hook between
+// nodes, so a stage that draws random numbers must run eager
+// (StageModule refuses it).
+//
+//   RandomKeyScope scope({seed, step, microBatch}, device);
+//   program.run(inputs);  // each random node draws from its own stream
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+namespace torch::jit {
+struct Node;
+}  // namespace torch::jit
+
+namespace sluice {
+
+struct RandomKey {
+  uint64_t seed = 0;        // job.seed
+  int64_t step = 0;         // the optimizer step (0-based, as checkpoints count)
+  int64_t microBatch = -1;  // global index in the step; -1: the worker's own index
+};
+
+// The stream seed of `node` under `key` (splitmix64 over the four words).
+uint64_t streamSeed(const RandomKey& key, int64_t node);
+
+// Ops that draw from the random generator (dropout, rand*, bernoulli, ...).
+bool isRandomOp(const std::string& op);
+// isRandomOp, less the dropouts whose train flag or probability is a
+// constant that makes them draw nothing (graphs captured in eval mode).
+bool drawsRandom(const torch::jit::Node* node);
+
+// Makes `key` the thread's active key for `device`'s generator until
+// destroyed (scopes nest; the previous one comes back).
+class RandomKeyScope {
+ public:
+  RandomKeyScope(const RandomKey& key, c10::Device device);
+  ~RandomKeyScope();
+  RandomKeyScope(const RandomKeyScope&) = delete;
+  RandomKeyScope& operator=(const RandomKeyScope&) = delete;
+
+ private:
+  const void* previous_;
+};
+
+// The active key, or nullptr.
+const RandomKey* activeRandomKey();
+// Seeds the active device's default generator with streamSeed(key, node);
+// false (and nothing done) when no key is active.
+bool seedForNode(int64_t node);
+
+}  // namespace sluice
