@@ -226,8 +226,8 @@ void Work::wait() {
       std::snprintf(buf, sizeof(buf), "%g", timeout);
       throw CommError("timed out after " + std::string(buf) + " s waiting for " + what +
                       (during.empty() ? "" : " (" + during + ")") + " on rank " + std::to_string(mpiWorldRank()) +
-                      ": the peer did not answer (it may have failed, stopped or be stuck); raise cluster.timeout_s "
-                      "if such waits are expected");
+                      ": the peer did not answer (it may have failed, stopped or be stuck); raise " +
+                      Communicator::waitTimeoutSetting() + " if such waits are expected");
     }
     if (waited < busyPollSeconds()) {
       std::this_thread::yield();
@@ -306,8 +306,16 @@ Communicator Communicator::self() {
   return Communicator(MpiBackend::self());
 }
 
-void Communicator::setWaitTimeout(double seconds) { timeoutSeconds.store(std::max(0.0, seconds)); }
+namespace {
+std::atomic<const char*> timeoutSetting{"cluster.timeout_s"};
+}  // namespace
+
+void Communicator::setWaitTimeout(double seconds, const char* setting) {
+  timeoutSeconds.store(std::max(0.0, seconds));
+  timeoutSetting.store(setting);
+}
 double Communicator::waitTimeout() { return timeoutSeconds.load(); }
+const char* Communicator::waitTimeoutSetting() { return timeoutSetting.load(); }
 
 void Communicator::abortAll(int code) {
   if (initialized()) MPI_Abort(MPI_COMM_WORLD, code);

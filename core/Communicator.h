@@ -154,9 +154,13 @@ class Communicator {
   static Communicator self();
   // Aborts every rank of MPI_COMM_WORLD (used when one rank fails).
   [[noreturn]] static void abortAll(int code);
-  // The watchdog: seconds any wait may take before it throws (0: no limit).
-  static void setWaitTimeout(double seconds);
+  // The watchdog: seconds any wait may take before it throws (0: no limit);
+  // `setting` is what a timeout's message tells the user to raise (the
+  // config key in force: cluster.init_timeout_s at start-up, then
+  // cluster.timeout_s).
+  static void setWaitTimeout(double seconds, const char* setting = "cluster.timeout_s");
   static double waitTimeout();
+  static const char* waitTimeoutSetting();
 
   Communicator() = default;
   int rank() const;

@@ -1,5 +1,9 @@
 #include "core/Log.h"
 
+#include "core/Error.h"
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -11,6 +15,8 @@ int rank = -1;
 std::string host;
 Level consoleLevel = Level::Info;
 std::ofstream file;
+std::string filePath;
+int fileError = 0;  // errno of the first failed write to the file
 
 const char* levelName(Level level) {
   switch (level) {
@@ -37,6 +43,15 @@ void openFile(const std::string& path, bool append) {
   std::lock_guard<std::mutex> lock(mutex);
   file.close();
   file.open(path, append ? std::ios::app : std::ios::trunc);
+  filePath = path;
+  fileError = file.is_open() ? 0 : errno;
+}
+
+void checkFile() {
+  std::lock_guard<std::mutex> lock(mutex);
+  SLUICE_CHECK(fileError == 0, Error,
+               "writing log file " << filePath << " failed: " << std::strerror(fileError)
+                                   << " (lines after that are missing there); free space there, then resume");
 }
 
 void closeFile() {
@@ -60,7 +75,10 @@ void write(Level level, const std::string& message) {
     std::cerr.write(out.data(), static_cast<std::streamsize>(out.size()));
     std::cerr.flush();
   }
-  if (file.is_open()) file << line << std::endl;
+  if (file.is_open() && fileError == 0) {
+    file << line << std::endl;
+    if (!file.good()) fileError = errno ? errno : EIO;
+  }
 }
 
 }  // namespace sluice::log

@@ -14,6 +14,9 @@ void setHost(const std::string& host);
 // logged afterwards go there too.
 void openFile(const std::string& path, bool append = false);
 void closeFile();
+// Error naming the log file and the system's reason when a write to it
+// failed since openFile (e.g. a full disk); lines are not lost silently.
+void checkFile();
 void setConsoleLevel(Level level);
 
 void write(Level level, const std::string& message);

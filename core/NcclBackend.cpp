@@ -382,7 +382,7 @@ class NcclBackend final : public CommBackend, public std::enable_shared_from_thi
           std::snprintf(buf, sizeof(buf), "%g", timeout);
           failLocked("timed out after " + std::string(buf) + " s waiting for " + it->what + " on rank " +
                      std::to_string(rank_) + " (NCCL): the peer did not answer (it may have failed, stopped or be "
-                     "stuck); raise cluster.timeout_s if such waits are expected");
+                     "stuck); raise " + Communicator::waitTimeoutSetting() + " if such waits are expected");
           break;
         }
         ++it;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +13,8 @@
 #include <sstream>
 
 #include "core/Error.h"
+#include "core/Files.h"
+#include "core/SystemInfo.h"
 #include "launcher/data/FashionMnist.h"
 #include "pipeline/Schedule.h"
 
@@ -46,6 +50,20 @@ InputSpec readTensorSpec(const YAML::Node& node, const std::string& key) {
   return t;
 }
 
+// YAML allows a key twice in a mapping and yaml-cpp keeps the first: a
+// config where a later line silently loses is an error here.
+void rejectDuplicateKeys(const YAML::Node& map, const std::string& prefix) {
+  std::map<std::string, int> line;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const auto key = it->first.as<std::string>();
+    const int at = it->first.Mark().line + 1;
+    auto [seen, fresh] = line.emplace(key, at);
+    SLUICE_CHECK(fresh, ConfigError,
+                 "config error: '" << prefix << key << "' is given twice (lines " << seen->second << " and " << at
+                                   << "); keep one");
+  }
+}
+
 // Reads one YAML map; remembers which keys were read so finish() can reject the rest.
 class MapReader {
  public:
@@ -57,6 +75,7 @@ class MapReader {
     if (!node_.IsNull()) {
       SLUICE_CHECK(node_.IsMap(), ConfigError,
                    "config error: '" << path_ << "' must be a mapping of keys to values");
+      rejectDuplicateKeys(node_, path_ + ".");
     }
   }
 
@@ -66,9 +85,18 @@ class MapReader {
     if (!node_ || node_.IsNull()) return;
     const YAML::Node& node = node_;  // const: the non-const operator[] inserts the key
     YAML::Node v = node[key];
-    if (!v || v.IsNull()) return;
+    if (!v) return;
+    // `key:` with nothing after it (or --set key=) is a mistake, not the default.
+    SLUICE_CHECK(!v.IsNull(), ConfigError,
+                 "config error: " << path_ << "." << key << " has no value; give one, or remove the key to use the "
+                                  << "default");
     try {
       out = v.as<T>();
+      if constexpr (std::is_same_v<T, double>) {
+        SLUICE_CHECK(std::isfinite(out), ConfigError,
+                     "config error: " << path_ << "." << key << ": expected a finite number, got '" << v.Scalar()
+                                      << "'");
+      }
     } catch (const YAML::Exception&) {
       std::ostringstream shown;
       shown << v;
@@ -154,6 +182,15 @@ void applyOverride(YAML::Node& root, const std::string& item) {
   setPath(root, parts, 0, parsed);
 }
 
+// Sizes in MiB past this (1 PiB) are typos; beyond ~8.8e12 MiB the bytes overflow int64.
+constexpr int64_t kMaxMib = int64_t{1} << 30;
+
+std::string shortNumber(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError("config error: " + message);
 }
@@ -212,6 +249,14 @@ void validate(Config& c) {
   require(!c.job.outputDir.empty(), "job.output_dir must not be empty");
   require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
                                          std::to_string(c.job.threadsPerRank));
+  // More threads than cores only take turns on them (each rank's matrix
+  // products slow down), and tens of thousands exhaust the process table
+  // before anything is printed: bounded by this host's cores.
+  const int cores = hardwareCores();
+  require(c.job.threadsPerRank <= cores,
+          "job.threads_per_rank is " + std::to_string(c.job.threadsPerRank) + ", more than this host's " +
+              std::to_string(cores) + " cores: threads beyond the cores only take turns on them; use at most " +
+              std::to_string(cores) + " (0 = cores / ranks on the host)");
   require(c.job.device == DeviceKind::Cpu || cudaBuilt(),
           "job.device is cuda but this build of Sluice has no CUDA (the CUDA toolkit was not found when it was "
           "configured); set job.device: cpu or rebuild where the toolkit is installed");
@@ -349,6 +394,8 @@ void validate(Config& c) {
   require(in(o.name, {"adamw", "dist_adam"}), "optimizer.name must be adamw or dist_adam, got '" + o.name + "'");
   require(in(o.distAdamMode, {"hooks", "after_backward", "allreduce"}),
           "optimizer.dist_adam.mode must be hooks, after_backward or allreduce, got '" + o.distAdamMode + "'");
+  require(o.distAdamBucketMb <= kMaxMib, "optimizer.dist_adam.bucket_mb must be at most " + std::to_string(kMaxMib) +
+                                            " (MiB), got " + shortNumber(o.distAdamBucketMb));
   require(o.distAdamBucketMb * 1048576.0 >= 4, "optimizer.dist_adam.bucket_mb must be > 0 (MiB of gradients per "
           "reduce-scatter), got " + std::to_string(o.distAdamBucketMb));
   require(p.dataParallel == 1 || o.name == "dist_adam",
@@ -373,9 +420,13 @@ void validate(Config& c) {
           "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");
   auto& mem = c.memory;
   require(mem.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(mem.budgetMb));
+  require(mem.budgetMb <= kMaxMib, "memory.budget_mb must be at most " + std::to_string(kMaxMib) + " (MiB), got " +
+                                       shortNumber(mem.budgetMb));
   require(in(mem.policy, {"plan", "none", "full_recompute"}),
           "memory.policy must be plan, none or full_recompute, got '" + mem.policy + "'");
   require(mem.swapWindowMb >= 0, "memory.swap_window_mb must be >= 0, got " + std::to_string(mem.swapWindowMb));
+  require(mem.swapWindowMb <= kMaxMib, "memory.swap_window_mb must be at most " + std::to_string(kMaxMib) +
+                                           " (MiB), got " + shortNumber(mem.swapWindowMb));
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
@@ -415,6 +466,7 @@ void validate(Config& c) {
 }
 
 Config parse(const YAML::Node& root) {
+  rejectDuplicateKeys(root, "");
   static const std::set<std::string> sections{"job",       "model",     "data",   "training",  "pipeline",
                                               "optimizer", "memory",    "logging", "checkpoint", "cluster"};
   for (auto it = root.begin(); it != root.end(); ++it) {
@@ -569,8 +621,13 @@ Config Config::fromYamlText(const std::string& text, const std::vector<std::stri
 }
 
 Config Config::load(const std::string& path, const std::vector<std::string>& overrides) {
+  try {
+    requireRegularFile(path, "config file");
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("config error: ") + e.what());
+  }
   std::ifstream f(path);
-  SLUICE_CHECK(f, ConfigError, "config error: cannot read config file '" << path << "'");
+  SLUICE_CHECK(f, ConfigError, "config error: cannot read config file '" << path << "': " << std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
   return fromYamlText(ss.str(), overrides, path);

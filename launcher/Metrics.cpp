@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 
@@ -41,6 +42,14 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps, int64_
 
 void MetricsWriter::record(StepRecord record) { pending_.push_back(std::move(record)); }
 
+// A full disk must stop the job with the reason, not let it end with exit 0
+// and a metrics file cut short.
+void MetricsWriter::checkWritten() {
+  SLUICE_CHECK(out_.good(), Error,
+               "writing metrics file " << path_ << " failed: " << std::strerror(errno)
+                                       << " (its last line may be cut short); free space there, then resume");
+}
+
 void MetricsWriter::recordEval(int64_t step, double loss, double accuracy, int64_t samples, double seconds) {
   char line[256];
   std::snprintf(line, sizeof(line), "{\"step\": %lld, \"eval_loss\": %.9g", static_cast<long long>(step), loss);
@@ -51,6 +60,7 @@ void MetricsWriter::recordEval(int64_t step, double loss, double accuracy, int64
   }
   out_ << ", \"eval_samples\": " << samples << "}\n";
   out_.flush();
+  checkWritten();
   std::string console = "eval after step " + std::to_string(step + 1) + "  eval_loss ";
   std::snprintf(line, sizeof(line), "%.4f", loss);
   console += line;
@@ -108,6 +118,7 @@ void MetricsWriter::flush() {
     lastLoss_ = loss;
   }
   out_.flush();
+  checkWritten();
   if (tb_) tb_->flush();
   elapsed_ += windowTime;
   stepsDone_ += static_cast<int64_t>(pending_.size());

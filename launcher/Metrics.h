@@ -46,6 +46,7 @@ class MetricsWriter {
   void setTensorBoard(std::unique_ptr<TensorBoardWriter> tb) { tb_ = std::move(tb); }
 
  private:
+  void checkWritten();  // Error when a write to the file failed (e.g. a full disk)
   std::ofstream out_;
   std::string path_;
   int64_t totalSteps_;

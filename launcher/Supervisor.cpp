@@ -1,6 +1,7 @@
 #include "launcher/Supervisor.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,12 +57,23 @@ struct Run {
 Run runOnce(const LaunchPlan& plan, int restart) {
   int fds[2];
   SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   SLUICE_CHECK(pid >= 0, Error, "cannot fork: " << std::strerror(errno));
   if (pid == 0) {
+    // Note [no orphans]: the job dies with its launcher. If `sluice train`
+    // is killed (even by SIGKILL), mpirun gets SIGTERM and ends the ranks
+    // at once instead of training on unsupervised. It runs in its own process
+    // group, so a Ctrl-C at the terminal reaches the launcher only, which
+    // turns it into the same orderly stop as SIGTERM (SIGUSR1 to the ranks:
+    // a checkpoint when checkpointing is on).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) std::_Exit(143);  // the launcher died before prctl
+    ::setpgid(0, 0);
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);
+    signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGUSR1, SIG_DFL);
     signal(SIGUSR2, SIG_DFL);
@@ -184,6 +196,7 @@ int superviseJob(const SupervisedJob& job) {
   sa.sa_handler = onStopSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);  // Ctrl-C: the same orderly stop (Note [no orphans])
   sigaction(SIGUSR1, &sa, nullptr);
   struct sigaction report {};
   report.sa_handler = onReportSignal;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/Error.h"
+#include "core/Files.h"
 
 namespace sluice {
 namespace {
@@ -45,6 +46,7 @@ std::string colour(int microBatch, bool backward) {
 }  // namespace
 
 std::string timelineSvg(const std::string& tracePath, SvgSize* size) {
+  requireRegularFile(tracePath, "trace show: the trace");
   YAML::Node root;
   try {
     root = YAML::LoadFile(tracePath);

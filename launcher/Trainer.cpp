@@ -120,7 +120,7 @@ void installStopHandlers() {
 
 void Trainer::setUp() {
   memory::installCountingAllocator();
-  Communicator::setWaitTimeout(c_.cluster.initTimeoutS);
+  Communicator::setWaitTimeout(c_.cluster.initTimeoutS, "cluster.init_timeout_s");
   installStopHandlers();
   // Note [malloc churn]: LibTorch's CPU allocator is plain malloc, and glibc
   // maps every block above 128 KiB freshly (zero-filled page by page) and
@@ -580,6 +580,7 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
 // (equal shares of the global batch); a stage's peak is the max over replicas.
 void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks) {
   TransferScope scope(TransferScope::Kind::LogRead);
+  log::checkFile();  // a log cut short by a full disk stops the job (with the reason)
   const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
   auto mine = torch::tensor(peaks, torch::kInt64);
   auto all = torch::zeros({world_.size() * static_cast<int64_t>(peaks.size())}, torch::kInt64);
@@ -628,7 +629,7 @@ void Trainer::syncBuffers() {
 }
 
 void Trainer::train() {
-  Communicator::setWaitTimeout(c_.cluster.timeoutS);
+  Communicator::setWaitTimeout(c_.cluster.timeoutS, "cluster.timeout_s");
   optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
                        c_.training.steps};
   std::vector<StepRecord> pending;  // steps whose loss is not read yet

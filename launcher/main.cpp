@@ -6,6 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,7 @@
 #include "launcher/Job.h"
 #include "launcher/Launch.h"
 #include "launcher/ModelSetup.h"
+#include "launcher/OutputLock.h"
 #include "launcher/Planning.h"
 #include "launcher/Supervisor.h"
 #include "launcher/TimelineSvg.h"
@@ -79,19 +83,46 @@ struct Args {
   std::vector<std::string> overrides;
 };
 
+// The options each command takes (an option another command takes is an
+// error here, not silently ignored).
+const std::map<std::string, std::set<std::string>>& commandOptions() {
+  static const std::map<std::string, std::set<std::string>> options = {
+      {"train", {"--set", "--trace"}},
+      {"worker", {"--set", "--trace"}},
+      {"launch", {"--set", "--trace", "--hostfile", "--sbatch", "--dry-run"}},
+      {"graph", {"--set", "-o"}},
+      {"profile", {"--set", "-o"}},
+      {"partition", {"--set", "-o", "--profile", "--method", "--budget-mb"}},
+      {"export", {"--set", "-o", "--checkpoint"}},
+  };
+  return options;
+}
+
 Args parseArgs(int argc, char** argv) {
   Args a;
   if (argc < 2) throw sluice::ConfigError(kUsage);
   a.command = argv[1];
+  auto known = commandOptions().find(a.command);
+  if (known == commandOptions().end()) {
+    throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
+  }
+  const auto& allowed = known->second;
   for (int i = 2; i < argc; ++i) {
     std::string s = argv[i];
-    if (s == "--dry-run" && a.command == "launch") {
+    const std::string option = s.rfind("--set=", 0) == 0 ? "--set" : s;
+    if (!s.empty() && s[0] == '-' && !allowed.count(option)) {
+      bool elsewhere = false;
+      for (auto& [command, options] : commandOptions()) elsewhere = elsewhere || options.count(option);
+      throw sluice::ConfigError("sluice: " + a.command + " does not take " + s +
+                                (elsewhere ? " (another command does; see usage)" : ": unknown option") + "\n\n" +
+                                kUsage);
+    }
+    if (s == "--dry-run") {
       a.dryRun = true;
-    } else if (s == "--trace" && (a.command == "train" || a.command == "worker" || a.command == "launch")) {
+    } else if (s == "--trace") {
       a.overrides.push_back("logging.trace=true");
     } else if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb" ||
-               ((s == "--hostfile" || s == "--sbatch") && a.command == "launch") ||
-               (s == "--checkpoint" && a.command == "export")) {
+               s == "--hostfile" || s == "--sbatch" || s == "--checkpoint") {
       if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);
       std::string v = argv[++i];
       if (s == "--set") a.overrides.push_back(v);
@@ -102,10 +133,8 @@ Args parseArgs(int argc, char** argv) {
       if (s == "--budget-mb") a.budgetMb = v;
       if (s == "--hostfile") a.hostfile = v;
       if (s == "--sbatch") a.sbatch = v;
-    } else if (s.rfind("--set=", 0) == 0) {
+    } else if (option == "--set") {
       a.overrides.push_back(s.substr(6));
-    } else if (!s.empty() && s[0] == '-') {
-      throw sluice::ConfigError("sluice: unknown option '" + s + "'\n\n" + kUsage);
     } else if (a.config.empty()) {
       a.config = s;
     } else {
@@ -158,7 +187,7 @@ int runProfile(const Args& a, int argc, char** argv) {
   auto world = sluice::Communicator::world();
   sluice::log::setRank(world.rank());
   // A wait on a peer gives up as training's start-up does (the profile is part of it there).
-  sluice::Communicator::setWaitTimeout(config.cluster.initTimeoutS);
+  sluice::Communicator::setWaitTimeout(config.cluster.initTimeoutS, "cluster.init_timeout_s");
   try {
     at::set_num_threads(sluice::threadsForRank(config, sluice::hardwareCores(), world.size()));
     // The swap tier is timed where training would swap (memory.swap_dir).
@@ -263,6 +292,10 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
       sluice::rankDevice(config.job.device, 0);
     }
   }
+  // The job's launcher (or a single-process run) owns its outputs until it
+  // exits: checked writable now, one job per directory (launcher/OutputLock.h).
+  std::vector<std::unique_ptr<sluice::OutputLock>> locks;
+  if (!sluice::Communicator::launchedByMpi()) locks = sluice::lockJobOutputs(config);
   const bool supervise = config.worldSize() > 1 || config.cluster.maxRestarts > 0;
   if (a.command == "train" && supervise && !sluice::Communicator::launchedByMpi()) {
     // mpirun as a child: its output filtered, the root cause named, restarts and preemption handled.
@@ -335,6 +368,7 @@ int runLaunch(Args a) {
     std::cout << line << std::endl;
     return 0;
   }
+  auto locks = sluice::lockJobOutputs(config);  // launcher/OutputLock.h
   std::cerr << "sluice: launching " << config.worldSize() << " ranks (" << where << "): " << line << std::endl;
   sluice::SupervisedJob job;
   job.plan = plan;

@@ -50,24 +50,44 @@ grep -q "plan: the one saved with" "$TMP/killed.log" || fail "the restart planne
 same straight killed
 echo "ok: kill -9 of rank 1 at step 7, restarted from step 5: $N losses bitwise equal to the uninterrupted run"
 
-# SIGTERM to `sluice train`: the ranks finish their step, checkpoint and exit 0; resuming is bitwise exact.
+# SIGTERM, or Ctrl-C (SIGINT), to `sluice train`: the ranks finish their step,
+# checkpoint and exit 0; resuming is bitwise exact.
 # (Not under `timeout`: it would signal the whole process group, mpirun and the ranks too.)
-"$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/term" >"$TMP/term.log" 2>&1 &
+stop_and_resume() {  # stop_and_resume SIGNAL NAME
+  local sig=$1 name=$2 pid rc stopped
+  "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/$name" >"$TMP/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1500); do grep -q "step 3/$N" "$TMP/$name.log" && break; sleep 0.1; done
+  grep -q "step 3/$N" "$TMP/$name.log" || { kill -9 $pid; cat "$TMP/$name.log"; fail "SIG$sig run did not reach step 3"; }
+  kill -"$sig" $pid
+  rc=0; wait $pid || rc=$?
+  [ "$rc" -eq 0 ] || { cat "$TMP/$name.log"; fail "SIG$sig: exit $rc, expected 0"; }
+  grep -q "sluice: stopped on request after writing a checkpoint; resume with: sluice train" "$TMP/$name.log" ||
+    { cat "$TMP/$name.log"; fail "SIG$sig: no resume line"; }
+  stopped=$(grep -o "stopped on request after step [0-9]*" "$TMP/$name/logs/rank_0.log" | grep -o "[0-9]*$")
+  [ -f "$TMP/$name/checkpoints/step_$(printf %08d "$stopped")/manifest.yaml" ] || fail "SIG$sig: no checkpoint of step $stopped"
+  [ "$(steps "$name")" -eq "$stopped" ] || fail "SIG$sig: metrics.jsonl has $(steps "$name") steps, the checkpoint $stopped"
+  train "$name" || { cat "$TMP/$name.log"; fail "resume after SIG$sig failed"; }
+  grep -q "resumed from .* at step $stopped (same layout: exact)" "$TMP/$name/logs/rank_0.log" || fail "did not resume"
+  same straight "$name"
+  echo "ok: SIG$sig after step $stopped: checkpoint, exit 0; the resumed run's $N losses are bitwise equal (metrics appended)"
+}
+stop_and_resume TERM term
+stop_and_resume INT int
+
+# kill -9 of `sluice train` alone: mpirun and the ranks end at once (Note
+# [no orphans]), instead of training on unsupervised.
+"$SLUICE" train "$cfg" "${small[@]}" --set training.steps=100000 --set job.output_dir="$TMP/orphan" >"$TMP/orphan.log" 2>&1 &
 pid=$!
-for _ in $(seq 1500); do grep -q "step 3/$N" "$TMP/term.log" && break; sleep 0.1; done
-grep -q "step 3/$N" "$TMP/term.log" || { kill -9 $pid; cat "$TMP/term.log"; fail "SIGTERM run did not reach step 3"; }
-kill -TERM $pid
-rc=0; wait $pid || rc=$?
-[ "$rc" -eq 0 ] || { cat "$TMP/term.log"; fail "SIGTERM: exit $rc, expected 0"; }
-grep -q "sluice: stopped on request after writing a checkpoint; resume with: sluice train" "$TMP/term.log" ||
-  { cat "$TMP/term.log"; fail "SIGTERM: no resume line"; }
-stopped=$(grep -o "stopped on request after step [0-9]*" "$TMP/term/logs/rank_0.log" | grep -o "[0-9]*$")
-[ -f "$TMP/term/checkpoints/step_$(printf %08d "$stopped")/manifest.yaml" ] || fail "SIGTERM: no checkpoint of step $stopped"
-[ "$(steps term)" -eq "$stopped" ] || fail "SIGTERM: metrics.jsonl has $(steps term) steps, the checkpoint $stopped"
-train term || { cat "$TMP/term.log"; fail "resume after SIGTERM failed"; }
-grep -q "resumed from .* at step $stopped (same layout: exact)" "$TMP/term/logs/rank_0.log" || fail "did not resume"
-same straight term
-echo "ok: SIGTERM after step $stopped: checkpoint, exit 0; the resumed run's $N losses are bitwise equal (metrics appended)"
+for _ in $(seq 1500); do grep -q "step 3/" "$TMP/orphan.log" && break; sleep 0.1; done
+grep -q "step 3/" "$TMP/orphan.log" || { kill -9 $pid; cat "$TMP/orphan.log"; fail "orphan run did not reach step 3"; }
+pgrep -f "job.output_dir=$TMP/orphan( |$)" >/dev/null || fail "orphan: no ranks found while running"
+kill -9 $pid
+wait $pid 2>/dev/null || true
+for _ in $(seq 100); do pgrep -f "job.output_dir=$TMP/orphan( |$)" >/dev/null || break; sleep 0.1; done
+! pgrep -f "job.output_dir=$TMP/orphan( |$)" >/dev/null ||
+  { pkill -9 -f "job.output_dir=$TMP/orphan( |$)"; fail "orphan: ranks still running 10 s after the launcher died"; }
+echo "ok: kill -9 of the launcher: mpirun and the ranks gone within 10 s"
 
 # A kill (-9) while the checkpoint of step 8 is written: step 4's stays the latest and loads.
 rc=0

@@ -112,3 +112,6 @@ check_profile_fault profile_hang "$rc" "sluice: the job failed: rank 1: profile:
 rc=0
 SLUICE_FAULT=hang_in_profile:rank=1 profile_run train_profile_hang train --set cluster.init_timeout_s=3 || rc=$?
 check_profile_fault train_profile_hang "$rc" "sluice: the job failed: rank 0: timed out after 3 s waiting for [a-z_]+ "
+# The advice names the setting in force at start-up.
+grep -q "raise cluster.init_timeout_s if such waits are expected" "$TMP/train_profile_hang.log" ||
+  { cat "$TMP/train_profile_hang.log"; fail "train_profile_hang: the advice does not name cluster.init_timeout_s"; }

@@ -1,0 +1,44 @@
+// launcher::OutputLock: one job at a time per output directory, and outputs
+// checked before any work they should protect.
+//
+// A job's launcher (the `sluice train` or `sluice launch` process; a
+// single-process run itself) takes an exclusive lock (flock) on
+// DIR/.sluice.lock for job.output_dir and, when checkpointing is on and it
+// lies elsewhere, checkpoint.dir, and holds it until it exits: a second job
+// given the same directory is refused with the holder's pid and host instead
+// of overwriting its metrics, logs and checkpoints. Taking the lock also
+// checks, at start-up, that each directory exists or can be made and is
+// writable (a checkpoint.dir that is a file is found here, not at the first
+// save). The lock goes when the process ends, however it ends; a directory
+// the lock created and nothing wrote to is removed again (a job that fails
+// at start-up leaves no output behind).
+//
+//   auto locks = lockJobOutputs(config);  // ConfigError naming the directory and the fix
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/Config.h"
+
+namespace sluice {
+
+class OutputLock {
+ public:
+  // `key` names the setting in messages (e.g. "job.output_dir").
+  OutputLock(const std::string& dir, const std::string& key);
+  ~OutputLock();
+  OutputLock(const OutputLock&) = delete;
+  OutputLock& operator=(const OutputLock&) = delete;
+
+ private:
+  void removeIfUnused() noexcept;
+  int fd_ = -1;
+  bool created_ = false;  // this lock made the directory
+  std::string dir_;
+};
+
+std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config);
+
+}  // namespace sluice
