@@ -305,7 +305,10 @@ void validate(Config& c) {
   if (c.data.name == "fashion_mnist") {
     require(m.name == "cnn" || m.name == "torchscript",
             "data.name=fashion_mnist gives [1, 28, 28] images: use model.name cnn or torchscript");
-    for (const std::string& split : {std::string("train"), c.data.evalSplit}) {
+    // The evaluation split only when evaluation is on (training.eval_interval > 0).
+    std::vector<std::string> splits{"train"};
+    if (c.training.evalInterval > 0 && c.data.evalSplit != "train") splits.push_back(c.data.evalSplit);
+    for (const std::string& split : splits) {
       for (const auto& file : {data::FashionMnist::imagesFile(split), data::FashionMnist::labelsFile(split)}) {
         require(!data::FashionMnist::idxPath(c.data.path, file).empty(),
                 "data.path '" + c.data.path + "' has no " + file + " (nor " + file + ".gz): " +

@@ -23,6 +23,17 @@ torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& tar
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
 }
 
+// The training split; fewer images than one global batch would repeat images
+// inside a step without a word.
+std::unique_ptr<data::FashionMnist> fashionMnistTrain(const Config& c) {
+  auto d = std::make_unique<data::FashionMnist>(c.data.path, "train", c.job.seed);
+  SLUICE_CHECK(d->samples() >= c.training.globalBatchSize, DataError,
+               "fashion_mnist: " << data::FashionMnist::imagesFile("train") << " in " << c.data.path << " holds "
+                                 << d->samples() << " images, fewer than training.global_batch_size ("
+                                 << c.training.globalBatchSize << "): lower the batch size or use the full data set");
+  return d;
+}
+
 }  // namespace
 
 // The model, its forward, loss and data for the config (no checks).
@@ -106,7 +117,7 @@ static ModelSetup makeModel(const Config& c) {
     s.setTraining = [ts](bool on) { ts->setTraining(on); };
     s.inputNames = names;
     if (c.data.name == "fashion_mnist") {
-      s.dataset = std::make_unique<data::FashionMnist>(c.data.path, "train", c.job.seed);
+      s.dataset = fashionMnistTrain(c);
     } else {
       const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
       s.tokensPerSample = seqLen;
@@ -137,7 +148,7 @@ static ModelSetup makeModel(const Config& c) {
     auto cnn = models::Cnn(o);
     s.module = cnn.ptr();
     s.forward = [cnn](const std::vector<torch::Tensor>& in) mutable { return cnn->forward(in.at(0)); };
-    s.dataset = std::make_unique<data::FashionMnist>(c.data.path, "train", c.job.seed);
+    s.dataset = fashionMnistTrain(c);
     s.loss = crossEntropy;
     return s;
   }

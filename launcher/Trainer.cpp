@@ -204,6 +204,22 @@ void Trainer::plan() {
   for (auto& name : paramNames_) {
     if (setup_.tensorsByName({name})[0].requires_grad()) trainableNames_.push_back(name);
   }
+  // Note [tied parameters] (Trainer.h): the same on every rank (every rank splits the whole graph).
+  std::map<std::string, std::set<int>> holders;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (auto& name : stages[s].paramInputs) holders[name].insert(static_cast<int>(s) % c_.pipeline.stages);
+  }
+  for (auto& [name, ranks] : holders) {
+    if (ranks.size() > 1 && setup_.tensorsByName({name})[0].requires_grad()) {
+      tiedRanks_.push_back({name, std::vector<int>(ranks.begin(), ranks.end())});
+    }
+  }
+  SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != "dist_adam" || c_.optimizer.distAdamMode != "hooks",
+               ConfigError,
+               "config error: " << tiedRanks_.front().first << " is read by stages on several pipeline ranks (tied "
+                                << "weights); its gradient is summed over them before the update, which DistAdam's "
+                                << "hooks mode would reduce before: use optimizer.dist_adam.mode after_backward or "
+                                << "allreduce, or cuts that keep its readers on one stage");
   // This rank's part of the checkpoint is read (and its checksums checked) now, before any output is written.
   if (resume_) {
     resumeSameLayout_ = resume_->layout == layout();
@@ -235,6 +251,22 @@ void Trainer::buildStage() {
   const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
   pipelineComm_ = world_.split(dpRank_, stageIndex_);
   dpComm_ = world_.split(stageIndex_, dpRank_);
+  // Tied parameters: one communicator per set of pipeline ranks holding some (Note [tied parameters]).
+  std::map<std::vector<int>, std::vector<std::string>> tiedSets;
+  for (auto& [name, ranks] : tiedRanks_) tiedSets[ranks].push_back(name);
+  for (auto& [ranks, names] : tiedSets) {
+    const bool member = std::find(ranks.begin(), ranks.end(), stageIndex_) != ranks.end();
+    auto comm = pipelineComm_.split(member ? 1 : 0, stageIndex_);
+    if (member) tied_.push_back({names, setup_.tensorsByName(names), comm});
+  }
+  if (rank_ == 0 && !tiedRanks_.empty()) {
+    std::string list;
+    for (auto& [name, ranks] : tiedRanks_) {
+      list += (list.empty() ? "" : "; ") + name + " on pipeline ranks";
+      for (int r : ranks) list += " " + std::to_string(r);
+    }
+    log::info("tied parameters: " + list + " (each holds a copy; gradients summed over them before every update)");
+  }
   if (device_.is_cuda()) {
     // GPU tensors between ranks: NCCL (p2p channels on the pipeline, collectives
     // on the data-parallel group) or MPI with host staging (job.backend).
@@ -476,6 +508,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   optim::zeroGradients(*optimizer_);
   auto loss = worker_->runMicroBatches(micro);
   transfers::endStep();  // under logging.transfer_guard: error, throws before any update
+  sumTiedGradients();
   if (faults::nanAt(rank_, step)) {
     torch::NoGradGuard noGrad;
     for (auto& p : worker_->trainableParameters()) p.mutable_grad().fill_(NAN);
@@ -519,6 +552,15 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
   return loss;
 }
 
+void Trainer::sumTiedGradients() {
+  for (auto& group : tied_) {
+    for (auto& p : group.params) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // this rank's readers gave it none
+      group.comm.allReduce(p.mutable_grad(), ReduceOp::Sum);
+    }
+  }
+}
+
 void Trainer::checkNonFinite() {
   TransferScope scope(TransferScope::Kind::LogRead);
   for (auto& [step, flags] : nanChecks_) {
@@ -538,13 +580,16 @@ void Trainer::checkNonFinite() {
 // weights everywhere); the tensors of other stages are dropped here, so a
 // rank holds only its stage.
 void Trainer::freeOtherStagesTensors() {
-  const std::set<std::string> mine(paramNames_.begin(), paramNames_.end());
+  // By tensor, not by name: a tied weight has several names (head.weight is
+  // tok.weight) and the graph reads it under one of them.
+  std::set<const c10::TensorImpl*> mine;
+  for (auto& t : setup_.tensorsByName(paramNames_)) mine.insert(t.unsafeGetTensorImpl());
   torch::NoGradGuard noGrad;
   for (auto& item : setup_.module->named_parameters(/*recurse=*/true)) {
-    if (!mine.count(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
+    if (!mine.count(item.value().unsafeGetTensorImpl())) item.value().set_data(torch::empty({0}, item.value().options()));
   }
   for (auto& item : setup_.module->named_buffers(/*recurse=*/true)) {
-    if (!mine.count(item.key())) item.value().set_data(torch::empty({0}, item.value().options()));
+    if (!mine.count(item.value().unsafeGetTensorImpl())) item.value().set_data(torch::empty({0}, item.value().options()));
   }
 }
 

@@ -140,6 +140,20 @@ class Trainer {
   int64_t startStep_ = 0;  // steps already done (restored from a checkpoint)
   bool stoppedEarly_ = false;
   std::vector<std::string> trainableNames_;
+  // Note [tied parameters]: a trainable parameter read by stages on several
+  // pipeline ranks (tied input and output embeddings) is held by each of
+  // them; before every update its gradient is summed over those ranks (in
+  // rank order, one all-reduce per parameter), so every copy takes the same
+  // update and stays bitwise equal. tiedRanks_: every tied parameter of the
+  // job (name, pipeline ranks); tied_: those this rank holds.
+  struct TiedGroup {
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    Communicator comm;  // the pipeline ranks that hold them
+  };
+  std::vector<std::pair<std::string, std::vector<int>>> tiedRanks_;
+  std::vector<TiedGroup> tied_;
+  void sumTiedGradients();
 };
 
 }  // namespace sluice

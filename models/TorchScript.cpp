@@ -1,10 +1,13 @@
 #include "models/TorchScript.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
+#include <string>
 #include <sstream>
 
 #include "core/Error.h"
@@ -12,9 +15,42 @@
 namespace sluice::models {
 namespace {
 
+// Every tensor's storage is one record data/N in the archive, written with
+// exactly the storage's bytes; LibTorch sizes a loaded storage from the
+// pickled element count, not from its record, so a record cut short inside a
+// well-formed archive is read past its end later (a crash, exit 139). Each
+// storage must find a record of its own size.
+void checkRecordSizes(const std::string& path, const torch::jit::Module& module) {
+  std::multiset<size_t> records;
+  {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    for (const auto& name : reader.getAllRecords()) {
+      // "data/N" (getAllRecords drops the archive's top folder; some versions keep it).
+      const auto slash = name.find('/');
+      if (name.rfind("data/", 0) == 0 || (slash != std::string::npos && name.compare(slash + 1, 5, "data/") == 0)) {
+        records.insert(reader.getRecordSize(name));
+      }
+    }
+  }
+  std::set<const c10::StorageImpl*> seen;
+  for (const auto& a : module.named_attributes(/*recurse=*/true)) {
+    if (!a.value.isTensor()) continue;
+    const auto& t = a.value.toTensor();
+    if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) continue;
+    if (!seen.insert(t.storage().unsafeGetStorageImpl()).second) continue;
+    auto it = records.find(t.storage().nbytes());
+    SLUICE_CHECK(it != records.end(), ConfigError,
+                 "model.path '" << path << "': tensor '" << a.name << "' has " << t.storage().nbytes()
+                                << " bytes but no tensor record in the file holds that many (a record is truncated "
+                                   "or corrupted); save the model again");
+    records.erase(it);
+  }
+}
+
 torch::jit::Module loadFile(const std::string& path) {
+  torch::jit::Module module;
   try {
-    return torch::jit::load(path);
+    module = torch::jit::load(path);
   } catch (const std::exception& e) {
     std::string why = e.what();
     why = why.substr(0, why.find('\n'));
@@ -22,6 +58,8 @@ torch::jit::Module loadFile(const std::string& path) {
                       "); save one from PyTorch with torch.jit.script(model).save(path) or "
                       "torch.jit.trace(model, example).save(path)");
   }
+  checkRecordSizes(path, module);
+  return module;
 }
 
 std::string where(const torch::jit::Node* node) {
@@ -137,11 +175,33 @@ torch::Tensor TorchScriptModel::forward(const std::vector<torch::Tensor>& inputs
   return out.toTensor();
 }
 
-std::vector<std::string> torchScriptTensorNames(const std::string& source) {
-  auto m = loadFile(source);
+namespace {
+
+// Each tensor of the module once, under the first name it has (a tied
+// weight, head.weight = tok.weight, is one tensor with two names: the graph
+// and the checkpoints call it by the first), with all its names.
+struct NamedTensor {
   std::vector<std::string> names;
-  for (const auto& p : m.named_parameters(true)) names.push_back(p.name);
-  for (const auto& b : m.named_buffers(true)) names.push_back(b.name);
+  at::Tensor tensor;
+};
+std::vector<NamedTensor> uniqueTensors(const torch::jit::Module& m) {
+  std::vector<NamedTensor> out;
+  std::map<const c10::TensorImpl*, size_t> index;
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    auto [it, fresh] = index.emplace(t.unsafeGetTensorImpl(), out.size());
+    if (fresh) out.push_back({{}, t});
+    out[it->second].names.push_back(name);
+  };
+  for (const auto& p : m.named_parameters(true)) add(p.name, p.value);
+  for (const auto& b : m.named_buffers(true)) add(b.name, b.value);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> torchScriptTensorNames(const std::string& source) {
+  std::vector<std::string> names;
+  for (auto& t : uniqueTensors(loadFile(source))) names.push_back(t.names.front());
   return names;
 }
 
@@ -149,16 +209,18 @@ void exportModule(const std::string& source, const std::map<std::string, torch::
                   const std::string& out) {
   auto m = loadFile(source);
   torch::NoGradGuard noGrad;
-  auto assign = [&](const std::string& name, const torch::Tensor& slot) {
-    auto it = tensors.find(name);
-    SLUICE_CHECK(it != tensors.end(), CheckpointError, "export: no trained value for '" << name << "' of " << source);
+  // Written once per tensor, so tied weights stay one tensor in the saved module.
+  for (auto& [names, slot] : uniqueTensors(m)) {
+    auto it = tensors.end();
+    for (auto& name : names) {
+      if (it == tensors.end()) it = tensors.find(name);
+    }
+    SLUICE_CHECK(it != tensors.end(), CheckpointError, "export: no trained value for '" << names.front() << "' of " << source);
     SLUICE_CHECK(it->second.sizes() == slot.sizes() && it->second.scalar_type() == slot.scalar_type(), CheckpointError,
-                 "export: '" << name << "' is " << it->second.sizes() << " " << it->second.scalar_type() << ", the module at "
-                             << source << " has " << slot.sizes() << " " << slot.scalar_type());
+                 "export: '" << it->first << "' is " << it->second.sizes() << " " << it->second.scalar_type()
+                             << ", the module at " << source << " has " << slot.sizes() << " " << slot.scalar_type());
     slot.copy_(it->second);
-  };
-  for (const auto& p : m.named_parameters(true)) assign(p.name, p.value);
-  for (const auto& b : m.named_buffers(true)) assign(b.name, b.value);
+  }
   const auto tmp = out + ".tmp";
   try {
     m.save(tmp);

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int, block: int, embd: int, heads: int, layers: int):
+    def __init__(self, vocab: int, block: int, embd: int, heads: int, layers: int, tie: bool = False):
         super().__init__()
         self.tok = nn.Embedding(vocab, embd)
         self.pos = nn.Parameter(torch.randn(block, embd) * 0.02)
@@ -24,6 +24,8 @@ class TinyTransformer(nn.Module):
              for _ in range(layers)])
         self.norm = nn.LayerNorm(embd)
         self.head = nn.Linear(embd, vocab)
+        if tie:  # input and output embeddings tied, as in GPT-2 and Llama
+            self.head.weight = self.tok.weight
         self.register_buffer("mask", torch.triu(torch.full((block, block), float("-inf")), diagonal=1))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -70,12 +72,13 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tie", action="store_true", help="transformer: the head's weight is the token embedding's")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     if a.model == "cnn":
         model, what = SmallCnn(a.channels), "input images [batch, 1, 28, 28] float32"
     else:
-        model, what = TinyTransformer(256, a.block, a.embd, a.heads, a.layers), f"input tokens [batch, {a.block}] int64"
+        model, what = TinyTransformer(256, a.block, a.embd, a.heads, a.layers, a.tie), f"input tokens [batch, {a.block}] int64"
     if a.with_loss:
         model, what = WithLoss(model), what + " and targets; returns the mean cross-entropy"
     torch.jit.script(model).save(a.out)

@@ -74,6 +74,8 @@ FashionMnist::FashionMnist(const std::string& dir, const std::string& split, int
   SLUICE_CHECK(is[0] == ls[0] && is[1] == 28 && is[2] == 28, DataError,
                "fashion_mnist: " << imagesFile(split) << " holds " << is[0] << " images of " << is[1] << "x" << is[2]
                                  << " and " << labelsFile(split) << " " << ls[0] << " labels (expected 28x28, as many labels)");
+  SLUICE_CHECK(is[0] > 0, DataError,
+               "fashion_mnist: " << imagesFile(split) << " in " << dir << " holds no images: " << kInstallHint);
   auto raw = torch::from_blob(const_cast<char*>(images.data()) + 16, {is[0], 1, 28, 28}, torch::kUInt8);
   images_ = ((raw.to(torch::kFloat) / 255.0) - kMean) / kStd;
   labels_ = torch::from_blob(const_cast<char*>(labels.data()) + 8, {ls[0]}, torch::kUInt8).to(torch::kLong);

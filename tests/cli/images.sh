@@ -53,6 +53,29 @@ echo "ok: 2 stages x 2 replicas: $(eval_line dp | tail -1)"
 mkdir -p "$TMP/empty"
 expect_failure no_idx_files "data.path '$TMP/empty' has no train-images-idx3-ubyte (nor train-images-idx3-ubyte.gz): install Debian's dataset-fashion-mnist" "$TMP/e1" -- \
   "$SLUICE" train "$CFG" --set data.path="$TMP/empty" --set job.output_dir="$TMP/e1"
+# Data sets written here: N random 28x28 images (idx files) in DIR, training split only.
+idx() {  # idx DIR N
+  mkdir -p "$1"
+  "$PY" - "$1" "$2" <<'PY'
+import struct, sys, numpy as np
+d, n = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+open(f"{d}/train-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
+open(f"{d}/train-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+PY
+}
+idx "$TMP/none" 0
+idx "$TMP/few" 5
+idx "$TMP/train_only" 64
+expect_failure no_images "holds no images" "$TMP/e4" -- \
+  "$SLUICE" train "$CFG" --set data.path="$TMP/none" --set training.eval_interval=0 --set job.output_dir="$TMP/e4"
+expect_failure fewer_than_a_batch "holds 5 images, fewer than training.global_batch_size (64)" "$TMP/e5" -- \
+  "$SLUICE" train "$CFG" --set data.path="$TMP/few" --set training.eval_interval=0 --set job.output_dir="$TMP/e5"
+# Evaluation off: the test split's files are not needed.
+"$SLUICE" train "$CFG" --set data.path="$TMP/train_only" --set training.eval_interval=0 --set training.steps=2 \
+  --set pipeline.stages=1 --set job.output_dir="$TMP/train_only_run" >"$TMP/train_only.log" 2>&1 ||
+  { cat "$TMP/train_only.log"; fail "training split only, evaluation off: the test files were demanded"; }
+echo "ok: evaluation off trains from the training split alone"
 expect_failure eval_without_split "training.eval_interval needs a dataset with a held-out split" "$TMP/e2" -- \
   "$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.eval_interval=10 --set job.output_dir="$TMP/e2"
 expect_failure cnn_on_text "model.name=cnn needs data.name=fashion_mnist" "$TMP/e3" -- \

@@ -98,10 +98,10 @@ command -v unshare >/dev/null && command -v mkfs.ext2 >/dev/null || fail "unshar
 dd if=/dev/zero of="$TMP/small.img" bs=1M count=4 status=none && mkfs.ext2 -q -F "$TMP/small.img" || fail "mkfs.ext2"
 mkdir -p "$TMP/mnt"
 expect_failure read_only "is not writable" "$TMP/out_ro" -- unshare -m sh -c \
-  "mount -o loop,ro '$TMP/small.img' '$TMP/mnt' && exec timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 \
+  "mount -o loop,ro '$TMP/small.img' '$TMP/mnt' && exec timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 --set model.dropout=0.1 \
    --set pipeline.plan='$TMP/swap.pb' --set memory.swap_dir='$TMP/mnt' --set job.output_dir='$TMP/out_ro'"
 expect_failure disk_full "the disk is full" "$TMP/never" -- unshare -m sh -c \
-  "mount -o loop '$TMP/small.img' '$TMP/mnt' && timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 \
+  "mount -o loop '$TMP/small.img' '$TMP/mnt' && timeout 120 '$SLUICE' train '$CFG' --set training.steps=10 --set model.dropout=0.1 \
    --set pipeline.plan='$TMP/swap.pb' --set memory.swap_dir='$TMP/mnt' --set job.output_dir='$TMP/out_full'; \
    rc=\$?; ls -A '$TMP/mnt' | grep -v lost+found && echo 'swap files left behind'; exit \$rc"
 ! grep -q "swap files left behind" "$TMP/disk_full.log" || fail "disk_full: swap files left in the directory"

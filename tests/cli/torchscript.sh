@@ -8,7 +8,7 @@
 # relative 1e-5 over 10 steps. The model.pt Sluice writes, loaded in Python,
 # gives the reference model's outputs, and Sluice started from it computes
 # the loss Python computes with it; `sluice export` gives the checkpoints'
-# weights. Then a CNN with BatchNorm on Fashion-MNIST the same way, with
+# weights. The same with tied input and output embeddings. Then a CNN with BatchNorm on Fashion-MNIST the same way, with
 # evaluation compared to PyTorch's. Then the errors: a wrong model.path, a
 # file that is not TorchScript, inputs that do not match forward, a forward
 # whose control flow depends on tensor values: a clear message, a non-zero
@@ -57,6 +57,38 @@ grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
 "$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/ref.json" \
   >"$TMP/ref.losses"
 for run in one two_by_two; do same_losses "$TMP/ref.losses" $run; done
+# Tied input and output embeddings (head.weight = tok.weight, as in GPT-2 and
+# Llama): read on the first and the last stage, each holds it and their
+# gradients are summed before every update (Trainer.h, Note [tied
+# parameters]). On 1 stage and on 2 stages x 2 replicas (DistAdam): PyTorch's
+# losses, and the model.pt written back keeps the two tied.
+"$PY" "$ROOT/models/export_example.py" "$TMP/tied.pt" --tie --block $BLOCK --embd 32 --heads 4 --layers 2 \
+  >"$TMP/export_tied.log" 2>&1 || { cat "$TMP/export_tied.log"; fail "export_example.py --tie"; }
+train tied_one --set model.path="$TMP/tied.pt"
+train tied_two_by_two --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
+  --set pipeline.microbatches=2 --set optimizer.name=dist_adam
+grep -q "tied parameters: tok.weight on pipeline ranks 0 1" "$TMP/tied_two_by_two.log" ||
+  { cat "$TMP/tied_two_by_two.log"; fail "tied_two_by_two: tok.weight is not held by both stages"; }
+"$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/tied.pt" --data text --path $TEXT --seed $SEED \
+  --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/tied_ref.json" \
+  --exported "$TMP/tied_two_by_two/model.pt" || fail "the PyTorch reference (tied)"
+"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" \
+  "$TMP/tied_ref.json" >"$TMP/tied_ref.losses"
+for run in tied_one tied_two_by_two; do same_losses "$TMP/tied_ref.losses" $run; done
+"$PY" - "$TMP" "$TMP/tied_ref.json" <<'PY' || fail "tied model.pt"
+import json, sys, torch
+d, r = sys.argv[1], json.load(open(sys.argv[2]))
+for run in ("tied_one", "tied_two_by_two"):
+    m = torch.jit.load(f"{d}/{run}/model.pt")
+    assert m.tok.weight.data_ptr() == m.head.weight.data_ptr(), f"{run}: model.pt unties the embeddings"
+assert r["exported_vs_reference"] < 1e-4, r
+print(f"ok: tied model.pt keeps head.weight = tok.weight; 2x2's vs PyTorch's: max |logit difference| "
+      f"{r['exported_vs_reference']:.3g}")
+PY
+expect_failure tied_with_hooks "is read by stages on several pipeline ranks (tied weights)" "$TMP/e6" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
+  --set pipeline.microbatches=2 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks \
+  --set job.output_dir="$TMP/e6"
 # model.loss: none: the same transformer computing its own loss (forward(tokens, targets); the targets
 # travel through the pipeline as a second data input), on 2 stages: PyTorch's losses again.
 "$PY" "$ROOT/models/export_example.py" "$TMP/with_loss.pt" --with-loss --block $BLOCK --embd 32 --heads 4 --layers 2 \
@@ -152,6 +184,18 @@ expect_failure missing_path "model.path '$TMP/nope.pt' is not a file" "$TMP/e1" 
   "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/nope.pt" --set job.output_dir="$TMP/e1"
 expect_failure not_torchscript "model.path '$TEXT' is not a TorchScript file" "$TMP/e2" -- \
   "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TEXT" --set job.output_dir="$TMP/e2"
+# A tensor record cut short inside a well-formed archive (the zip rewritten
+# with data/0 truncated): refused at load, naming the tensor, not a crash.
+"$PY" - "$TMP/model.pt" "$TMP/truncated.pt" <<'PY'
+import sys, zipfile
+src, dst = zipfile.ZipFile(sys.argv[1]), zipfile.ZipFile(sys.argv[2], "w", compression=zipfile.ZIP_STORED)
+for info in src.infolist():
+    data = src.read(info.filename)
+    dst.writestr(info, data[:16] if info.filename.endswith("/data/0") else data)
+dst.close()
+PY
+expect_failure truncated_record "no tensor record in the file holds that many (a record is truncated or corrupted)" "$TMP/e5" -- \
+  "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/truncated.pt" --set job.output_dir="$TMP/e5"
 # (TorchScript compiles from source files, so the modules are written to one first.)
 cat >"$TMP/bad_modules.py" <<'PY'
 import sys, torch
