@@ -301,6 +301,17 @@ void validate(Config& c) {
       require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
     }
     require(c.data.name == "synthetic", "model.name=mlp needs data.name=synthetic (text data is for gpt)");
+    // Its graph is small and known: per hidden layer t, addmm, gelu; the head
+    // t, addmm; every boundary between them a valid cut. More pieces than
+    // ops cannot be cut: say so now, not after starting that many ranks.
+    const int64_t ops = 3 * m.mlpLayers + 2;
+    const int64_t pieces = static_cast<int64_t>(c.pipeline.stages) * std::max(1, c.pipeline.chunks);
+    require(pieces <= ops, "model.name=mlp with model.mlp_layers " + std::to_string(m.mlpLayers) + " has " +
+                               std::to_string(ops) + " ops, so it splits into at most " + std::to_string(ops) +
+                               " pieces; pipeline.stages (" + std::to_string(c.pipeline.stages) + ") x " +
+                               std::to_string(std::max(1, c.pipeline.chunks)) +
+                               " per rank asks for " + std::to_string(pieces) +
+                               ": lower pipeline.stages or raise model.mlp_layers");
   }
   if (c.data.name == "fashion_mnist") {
     require(m.name == "cnn" || m.name == "torchscript",

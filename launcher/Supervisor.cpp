@@ -19,10 +19,11 @@ namespace {
 
 volatile sig_atomic_t childPid = 0;
 volatile sig_atomic_t stopRequested = 0;
+volatile sig_atomic_t ranksReady = 1;  // every rank can take a stop (SupervisedJob::ranks)
 
 void onStopSignal(int) {
   stopRequested = 1;
-  if (childPid > 0) ::kill(childPid, SIGUSR1);
+  if (childPid > 0 && ranksReady) ::kill(childPid, SIGUSR1);
 }
 
 // SIGUSR2: the ranks print their metrics report and go on (mpirun forwards it).
@@ -54,7 +55,9 @@ struct Run {
 };
 
 // Runs the plan once; its stderr goes through the filter.
-Run runOnce(const LaunchPlan& plan, int restart) {
+Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
+  ranksReady = ranks > 0 ? 0 : 1;
+  int ready = 0;
   int fds[2];
   SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
   const pid_t parent = ::getpid();
@@ -89,13 +92,20 @@ Run runOnce(const LaunchPlan& plan, int restart) {
   }
   childPid = pid;
   ::close(fds[1]);
-  if (stopRequested) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
+  if (stopRequested && ranksReady) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
   Run run;
   std::string pending;
   std::vector<std::string> block;
   bool inBlock = false;
   std::string causeMessage;
   auto emit = [&](const std::string& line) {
+    if (line == kRankReadyLine) {
+      if (++ready == ranks) {
+        ranksReady = 1;
+        if (stopRequested) ::kill(pid, SIGUSR1);  // held until every rank could take it
+      }
+      return;
+    }
     if (line.find("stopped on request after step") != std::string::npos) run.stoppedEarly = true;
     // The first failing rank's own line is printed once, at the end, as the
     // root cause; other ranks failing with the same message are not repeated.
@@ -191,7 +201,7 @@ std::string rootCauseOf(const std::string& line) {
   return "";
 }
 
-int superviseJob(const SupervisedJob& job) {
+void catchStopSignals() {
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
   sigemptyset(&sa.sa_mask);
@@ -202,8 +212,18 @@ int superviseJob(const SupervisedJob& job) {
   report.sa_handler = onReportSignal;
   sigemptyset(&report.sa_mask);
   sigaction(SIGUSR2, &report, nullptr);
+}
+
+bool stopCaught() { return stopRequested != 0; }
+
+int superviseJob(const SupervisedJob& job) {
+  catchStopSignals();
+  if (stopRequested) {
+    std::cerr << "sluice: stopped on request before the job started; nothing was run" << std::endl;
+    return 0;
+  }
   for (int restart = 0;; ++restart) {
-    const Run run = runOnce(job.plan, restart);
+    const Run run = runOnce(job.plan, restart, job.ranks);
     if (run.exitCode == 0) {
       if (run.stoppedEarly) {
         std::cerr << "sluice: stopped on request after writing a checkpoint; resume with: " << job.resumeHint

@@ -24,13 +24,28 @@
 
 namespace sluice {
 
+// What each rank prints on stderr once its stop handlers are installed
+// (installStopHandlers); the supervisor counts and swallows these lines.
+inline constexpr const char* kRankReadyLine = "sluice: rank ready";
+
 struct SupervisedJob {
   LaunchPlan plan;
   int maxRestarts = 0;
+  // The job's ranks, each saying kRankReadyLine when it can take a stop: a
+  // stop asked for before all have (a SIGTERM right after the start) is held
+  // until then, instead of killing a rank that has no handler yet on
+  // SIGUSR1. 0: forward at once (a command whose ranks say nothing).
+  int ranks = 0;
   std::string resumeHint;  // printed after a preemption: how to resume
 };
 
 int superviseJob(const SupervisedJob& job);
+
+// Installs the supervisor's handlers (SIGTERM, SIGINT, SIGUSR1: stop;
+// SIGUSR2: report) now, so a stop during start-up (config, locks) is kept:
+// superviseJob then starts nothing. stopCaught(): whether one came.
+void catchStopSignals();
+bool stopCaught();
 
 // Exported for tests: whether a line of the launcher's stderr is its own
 // failure chatter, and the root cause a line names ("" when none).

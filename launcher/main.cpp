@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -303,6 +305,7 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
     job.plan = sluice::localMpirunPlan(config.worldSize(), sluice::selfExecutable(), a.config, a.overrides,
                                        sluice::hardwareCores(), geteuid() == 0);
     job.maxRestarts = config.cluster.maxRestarts;
+    job.ranks = config.worldSize();
     job.resumeHint = "sluice train " + a.config + " (checkpoint.resume: auto resumes from " + config.checkpointDir() +
                      ")";
     std::string line;
@@ -311,6 +314,12 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
     return sluice::superviseJob(job);
   }
   sluice::installStopHandlers();
+  if (sluice::stopCaught()) std::raise(SIGUSR1);  // a stop during start-up: the run stops at its first step
+  if (sluice::Communicator::launchedByMpi()) {
+    // To the supervisor: a stop (SIGUSR1) can be taken from now on (Supervisor.h).
+    std::fprintf(stderr, "%s\n", sluice::kRankReadyLine);
+    std::fflush(stderr);
+  }
   sluice::Communicator::initialize(&argc, &argv);
   const int world = sluice::Communicator::world().size();
   try {
@@ -373,6 +382,7 @@ int runLaunch(Args a) {
   sluice::SupervisedJob job;
   job.plan = plan;
   job.maxRestarts = config.cluster.maxRestarts;
+  job.ranks = config.worldSize();
   job.resumeHint = "sluice launch " + a.config + " (checkpoint.resume: auto resumes from " + config.checkpointDir() + ")";
   return sluice::superviseJob(job);
 }
@@ -381,6 +391,8 @@ int runLaunch(Args a) {
 
 int main(int argc, char** argv) {
   sluice::keepFreedMemoryInHeap();  // before the first large tensor (core/HeapPolicy.h)
+  // A launcher keeps a stop that comes during its start-up (Supervisor.h).
+  if (!sluice::Communicator::launchedByMpi()) sluice::catchStopSignals();
   try {
     if (argc >= 2 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
       return printVersion();

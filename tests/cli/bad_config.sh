@@ -100,6 +100,15 @@ expect_failure train_takes_no_budget "sluice: train does not take --budget-mb (a
   "$SLUICE" train "$cfg" --set job.output_dir="$out" --budget-mb 10
 expect_failure train_takes_no_output "sluice: train does not take -o" "$out" -- \
   "$SLUICE" train "$cfg" --set job.output_dir="$out" -o "$out/x.pb"
+cat >"$TMP/mlp.yaml" <<YAML
+job: {output_dir: $out}
+model: {name: mlp, input_dim: 32, hidden: 64, mlp_layers: 1, classes: 4}
+data: {name: synthetic}
+training: {steps: 2, global_batch_size: 48, micro_batch_size: 4}
+pipeline: {stages: 12, microbatches: 12}
+YAML
+expect_failure mlp_too_many_stages "has 5 ops, so it splits into at most 5 pieces; pipeline.stages (12)" "$out" -- \
+  "$SLUICE" train "$TMP/mlp.yaml"
 expect_failure unknown_command "sluice: unknown command 'frobnicate'" "$out" -- "$SLUICE" frobnicate "$cfg"
 expect_failure config_is_directory "config file '$TMP' is a directory, not a file" "$out" -- "$SLUICE" train "$TMP"
 mkfifo "$TMP/fifo.yaml"

@@ -75,6 +75,19 @@ stop_and_resume() {  # stop_and_resume SIGNAL NAME
 stop_and_resume TERM term
 stop_and_resume INT int
 
+# SIGTERM right after mpirun starts, before the ranks have their handlers:
+# the supervisor holds the stop until every rank says it can take it, so no
+# rank dies on SIGUSR1 (signal 10); the job stops at its first step boundary.
+"$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/early" >"$TMP/early.log" 2>&1 &
+pid=$!
+for _ in $(seq 1500); do grep -q "sluice: starting 2 ranks" "$TMP/early.log" && break; sleep 0.01; done
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[ "$rc" -eq 0 ] || { cat "$TMP/early.log"; fail "SIGTERM at start-up: exit $rc, expected 0"; }
+! grep -q "signal 10" "$TMP/early.log" || { cat "$TMP/early.log"; fail "SIGTERM at start-up: a rank died on SIGUSR1"; }
+grep -q "sluice: stopped on request" "$TMP/early.log" || { cat "$TMP/early.log"; fail "SIGTERM at start-up: no stop line"; }
+echo "ok: SIGTERM as mpirun starts: $(grep -o "stopped on request after step [0-9]*" "$TMP/early/logs/rank_0.log"), exit 0"
+
 # kill -9 of `sluice train` alone: mpirun and the ranks end at once (Note
 # [no orphans]), instead of training on unsupervised.
 "$SLUICE" train "$cfg" "${small[@]}" --set training.steps=100000 --set job.output_dir="$TMP/orphan" >"$TMP/orphan.log" 2>&1 &
