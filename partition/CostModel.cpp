@@ -22,6 +22,11 @@ const char* actionName(Action a) {
 void Problem::validate() const {
   const size_t n = nodes.size();
   SLUICE_CHECK(n >= 1, PlanError, "partition: the profile has no nodes");
+  for (auto& sp : sharedParams) {
+    SLUICE_CHECK(sp.bytes >= 0 && !sp.readers.empty() && std::is_sorted(sp.readers.begin(), sp.readers.end()) &&
+                     sp.readers.front() >= 0 && sp.readers.back() < static_cast<int>(n),
+                 PlanError, "partition: a shared parameter's readers are not ascending node indices");
+  }
   SLUICE_CHECK(weightPendingPerStage.empty() ||
                    (static_cast<int>(weightPendingPerStage.size()) == stages && weightGradPrefix.size() == n + 1),
                PlanError, "partition: weight-pending counts or weight-gradient sums do not match the stages and nodes");
@@ -221,6 +226,14 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     s.backward += p.nodes[j].backward;
     s.paramBytes += p.nodes[j].params;
     largestParams = std::max(largestParams, p.nodes[j].params);
+  }
+  // Tied weights whose first reader is on an earlier stage: this stage holds a copy.
+  for (auto& sp : p.sharedParams) {
+    if (sp.readers.front() >= first) continue;
+    if (std::any_of(sp.readers.begin(), sp.readers.end(), [&](int r) { return r >= first && r < end; })) {
+      s.paramBytes += sp.bytes;
+      largestParams = std::max(largestParams, sp.bytes);
+    }
   }
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (storageInStage(p, x, first, end)) s.savedBytes += p.storages[x].bytes;

@@ -97,8 +97,18 @@ struct SavedStorage {
   int lastParamWriter = -1;  // the last node of segment that writes a parameter or buffer; -1: none
 };
 
+// A parameter read by several nodes (a tied weight: the embedding and the
+// output head). NodeCost::params counts it at its first reader; every other
+// stage that reads it holds a copy too (Note [tied parameters],
+// launcher/Trainer.h), so those stages count its bytes as well.
+struct SharedParam {
+  int64_t bytes = 0;
+  std::vector<int> readers;  // node indices, ascending
+};
+
 struct Problem {
   std::vector<NodeCost> nodes;
+  std::vector<SharedParam> sharedParams;
   std::vector<SavedStorage> storages;
   std::vector<int64_t> cutBytes;  // size n + 1: bytes live across cut c; cutBytes[0] = data input bytes, [n] = 0
   std::vector<char> validCut;     // size n + 1: may a stage start at c? (0 and n always)

@@ -64,9 +64,22 @@ struct StageSums {
     plain.spans = &lastReaders;
     chained.spans = &chainSpans;
   }
+  std::vector<char> sharedCounted;  // per Problem::sharedParams: counted here already
   void addNode(const Problem& p, int j) {
     const auto& c = p.nodes[j];
     params += c.params;
+    // A tied weight first read on an earlier stage: this stage holds a copy (as evaluateStage counts it).
+    if (!p.sharedParams.empty()) {
+      sharedCounted.resize(p.sharedParams.size(), 0);
+      for (size_t x = 0; x < p.sharedParams.size(); ++x) {
+        const auto& sp = p.sharedParams[x];
+        if (sharedCounted[x] || sp.readers.front() >= first) continue;
+        if (std::binary_search(sp.readers.begin(), sp.readers.end(), j)) {
+          params += sp.bytes;
+          sharedCounted[x] = 1;
+        }
+      }
+    }
     plain.addNode(j, c.workspace);
     chained.addNode(j, c.workspace);
     compute += c.forward + c.backward;

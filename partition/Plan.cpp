@@ -330,6 +330,21 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   for (auto& node : profile.nodes) {
     p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.paramBytes, node.workspaceBytes});
   }
+  {  // Parameters read by several nodes (tied weights): counted on every stage that reads them.
+    std::map<std::string, std::vector<int>> readers;
+    for (auto& node : graph.nodes()) {
+      for (auto& name : node.params) {
+        auto& r = readers[name];
+        if (r.empty() || r.back() != node.index) r.push_back(node.index);
+      }
+    }
+    for (auto& in : graph.inputs()) {
+      auto it = readers.find(in.name);
+      if (in.kind != InputKind::Data && it != readers.end() && it->second.size() > 1) {
+        p.sharedParams.push_back({in.value.bytes(), it->second});
+      }
+    }
+  }
   p.storages = savedStorages(graph, profile.facts);
   p.cutBytes.assign(n + 1, 0);
   p.validCut.assign(n + 1, 0);

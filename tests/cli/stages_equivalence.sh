@@ -23,7 +23,7 @@ train two --set pipeline.stages=2
 # The same config again, planning anew from its own profile.
 train two_again --set pipeline.stages=2
 train three --set pipeline.stages=3
-train no_dropout --set pipeline.stages=1 --set model.dropout=0
+train no_dropout --set pipeline.stages=1 --set model.dropout=0 --set training.steps=1 --set logging.interval=1
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
 # Zero-bubble: backward split into input and weight gradients, weight gradients

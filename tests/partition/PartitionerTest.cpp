@@ -79,6 +79,9 @@ Problem randomProblem(std::mt19937& rng) {
     p.microBatches = 2 * uni(1, 4);
     p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeInterleaved1F1B(2, 2, p.microBatches));
   }
+  // A tied weight read by the first and the last node (an embedding and the
+  // output head), held by every stage that reads it.
+  if (uni(0, 2) == 0) p.sharedParams.push_back({uni(1, 50000), {0, n - 1}});
   // Budgets around what an equal-node split needs with everything kept, so
   // that some instances fit easily, some must free tensors, some cannot fit.
   int64_t peak = 0;
@@ -209,6 +212,23 @@ TEST(Partitioner, InfeasibleNamesTheSmallestBudgetThatFits) {
     p.budgetBytes = need;
     EXPECT_FALSE(std::isinf(bruteForce(p))) << "the named budget " << need << " must fit";
   }
+}
+
+// A weight read on both stages counts on both (the last stage holds a copy:
+// Note [tied parameters], launcher/Trainer.h), and only once on a stage that
+// reads it twice.
+TEST(Partitioner, ATiedWeightCountsOnEveryStageThatReadsIt) {
+  Problem p;
+  p.stages = 2;
+  for (int j = 0; j < 4; ++j) p.nodes.push_back({1e-3, 1e-3, j == 0 ? 1000 : 0, 0});
+  p.sharedParams.push_back({1000, {0, 1, 3}});
+  p.cutBytes.assign(5, 0);
+  p.validCut.assign(5, 1);
+  EXPECT_EQ(evaluateStage(p, 0, 0, 2, {}).paramBytes, 1000) << "first reader's stage: counted once";
+  EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).paramBytes, 1000) << "the last stage holds a copy";
+  EXPECT_EQ(evaluateStage(p, 0, 0, 4, {}).paramBytes, 1000) << "one stage: one copy";
+  p.sharedParams[0].readers = {0, 1};
+  EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).paramBytes, 0) << "a stage that does not read it holds none";
 }
 
 // A GPT-like chain: 5,000 nodes in repeating blocks, a binding budget.
