@@ -2,7 +2,8 @@
 // GPipe, 1F1B and ZB-H1 (cut inside a transformer block), and interleaved
 // 1F1B (2 ranks x 2 and x 3 stages each) and interleaved zero-bubble (2 x 2)
 // give the same per-step losses as one process
-// training the eager module with AdamW.
+// training the eager module with AdamW; and with dropout on, every schedule
+// on 2 and 3 ranks gives bitwise the losses of 1 stage.
 // Runs under mpirun -np 2.
 //
 // Why the tolerance is not zero: the reference runs the eager nn::Module,
@@ -18,6 +19,7 @@
 #include "core/Communicator.h"
 #include "core/Device.h"
 #include "core/GraphSplit.h"
+#include "core/RandomStream.h"
 #include "memory/SavedTensorHooks.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
@@ -38,7 +40,8 @@ std::vector<pipeline::MicroBatch> batchFor(int step, int64_t vocab, const c10::D
   std::vector<pipeline::MicroBatch> mbs;
   for (int i = 0; i < kMicroBatches; ++i) {
     auto rows = tokens.slice(0, i * kMicroBatchSize, (i + 1) * kMicroBatchSize);
-    mbs.push_back({rows.slice(1, 0, kSeq).contiguous().to(device), rows.slice(1, 1, kSeq + 1).contiguous().to(device)});
+    mbs.push_back({rows.slice(1, 0, kSeq).contiguous().to(device), rows.slice(1, 1, kSeq + 1).contiguous().to(device),
+                   RandomKey{kSeed, step, i}});
   }
   return mbs;
 }
@@ -214,6 +217,65 @@ TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
     expectSameLosses(zb, ref, "interleaved-zb (split backward), 2 ranks x 2 stages");
   } else {
     EXPECT_TRUE(two.empty() && three.empty() && zb.empty()) << "rank 0 hosts no last stage";
+  }
+}
+
+// Dropout on (Note [random streams]): the losses of `comm.size()` ranks
+// under `schedule` with `chunks` stages each (cuts by parameter bytes).
+std::vector<double> dropoutLosses(const Communicator& comm, const std::string& schedule, int chunks) {
+  torch::manual_seed(kSeed);
+  auto options = test::tinyGpt(2);
+  options.dropout = 0.2;
+  models::Gpt gpt(options);
+  auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
+  const int p = comm.size(), pieces = p * chunks;
+  auto plan = pipeline::makeSchedule(schedule, p, kMicroBatches, chunks);
+  auto stages = splitGraph(graph, pieces > 1 ? partition::parameterCuts(graph, pieces) : std::vector<int>{});
+  auto links = pipeline::boundaryCommunicators(comm, plan);
+  std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
+  for (int s = comm.rank(); s < pieces; s += p) {
+    mine.push_back(std::make_unique<pipeline::StageWorker>(stages[s], tensorsByName(*gpt, stages[s].paramInputs), comm,
+                                                           plan, lossFn, ExecMode::Eager, links));
+  }
+  pipeline::RankWorker worker(std::move(mine));
+  torch::optim::AdamW opt(worker.trainableParameters(), adamw());
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    auto loss = worker.runMicroBatches(batchFor(step, 64));
+    opt.step();
+    if (worker.isLast()) losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+// With dropout, every layout draws the same masks, so 2 ranks (CTest
+// equivalence_np2) and 3 ranks (equivalence_np3) give bitwise the losses of
+// 1 stage under GPipe, 1F1B, ZB-H1, and (where the 4 micro-batches divide
+// among the ranks: interleaved needs that) interleaved 1F1B and interleaved
+// zero bubble with 2 stages per rank: each node computes the same values in
+// the same order, a cut only moves a value between ranks. The masks are
+// real: the losses differ from the same training without dropout.
+TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
+  auto world = Communicator::world();
+  const auto ref = dropoutLosses(Communicator::self(), "1f1b", 1);
+  ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
+  EXPECT_NE(ref.front(), referenceLosses().front()) << "dropout 0.2 left the first loss unchanged";
+  std::vector<std::pair<std::string, int>> layouts{{"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}};
+  if (kMicroBatches % world.size() == 0) {
+    layouts.push_back({"interleaved", 2});
+    layouts.push_back({"interleaved-zb", 2});
+  }
+  for (auto& [schedule, chunks] : layouts) {
+    const auto got = dropoutLosses(world, schedule, chunks);
+    const std::string what = std::to_string(world.size()) + " ranks x " + std::to_string(chunks) + " " + schedule;
+    if (world.rank() != world.size() - 1) {
+      EXPECT_TRUE(got.empty()) << what;
+      continue;
+    }
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i], ref[i]) << what << ", step " << i << " (bitwise)";
+    std::cout << "dropout, " << what << ": " << got.size() << " losses bitwise equal to 1 stage" << std::endl;
   }
 }
 
