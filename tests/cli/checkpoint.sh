@@ -5,7 +5,7 @@
 # bitwise; a kill during a save leaves the previous checkpoint loadable;
 # checkpoints load into another layout (2 stages -> 1 stage; 2 stages ->
 # interleaved 2 x 2 -> 1 stage; 1 stage x 2 replicas -> 2 stages x 1,
-# DistAdam) within relative 1e-5; broken or foreign
+# DistAdam) within relative 1e-6; broken or foreign
 # checkpoints are refused with nothing written.
 source "$(dirname "$0")/lib.sh"
 cfg="$ROOT/configs/quickstart.yaml"
@@ -25,16 +25,20 @@ same() {
   cmp -s <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl") ||
     { paste <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl"); fail "losses of $1 and $2 differ"; }
 }
-# close REF OTHER: OTHER's losses within relative 1e-5 of the last as many of REF's.
+# close REF OTHER: OTHER's losses within relative 1e-6 of the last as many of REF's. Not
+# bitwise: a 1-stage run has 2 intra-op threads where each of 2 ranks has 1 (threads_per_rank 0
+# = cores / ranks), and 2 threads split reductions differently (measured: 1 vs 2 threads on
+# 1 stage, 150 steps, max 6.3e-7, the first difference at step 14); DistAdam's replica average
+# rounds differently from one process's sum (~1e-7).
 close() {
   local n
   n=$(steps "$2")
   [ "$n" -gt 0 ] || fail "$2: no losses"
   paste <(losses "$TMP/$1/metrics.jsonl" | tail -n "$n") <(losses "$TMP/$2/metrics.jsonl") |
     awk -v a="$1" -v b="$2" '
-      { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > max) max = r; if (r > 1e-5) bad = 1 }
+      { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > max) max = r; if (r > 1e-6) bad = 1 }
       END { printf "%s vs %s: max relative difference over %d steps: %g\n", a, b, NR, max; exit bad }' ||
-    fail "losses of $1 and $2 differ beyond 1e-5"
+    fail "losses of $1 and $2 differ beyond 1e-6"
 }
 
 # The reference: N steps, no interruption (2 stages, cuts from the profile).
