@@ -11,12 +11,7 @@ namespace sluice {
 
 namespace {
 
-struct Active {
-  RandomKey key;
-  c10::Device device = c10::Device(c10::kCPU);
-};
-
-thread_local const Active* active = nullptr;
+thread_local const RandomKeyScope* active = nullptr;  // the innermost scope of this thread
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -55,24 +50,22 @@ bool drawsRandom(const torch::jit::Node* node) {
   return true;
 }
 
-RandomKeyScope::RandomKeyScope(const RandomKey& key, c10::Device device) : previous_(active) {
-  active = new Active{key, device};
+RandomKeyScope::RandomKeyScope(const RandomKey& key, c10::Device device)
+    : key_(key), device_(device), previous_(active) {
+  active = this;
 }
 
-RandomKeyScope::~RandomKeyScope() {
-  delete active;
-  active = static_cast<const Active*>(previous_);
-}
+RandomKeyScope::~RandomKeyScope() { active = previous_; }
 
-const RandomKey* activeRandomKey() { return active ? &active->key : nullptr; }
+const RandomKey* activeRandomKey() { return active ? &active->key_ : nullptr; }
 
 bool seedForNode(int64_t node) {
   if (!active) return false;
-  auto gen = at::globalContext().defaultGenerator(active->device);
+  auto gen = at::globalContext().defaultGenerator(active->device_);
   std::lock_guard<std::mutex> lock(gen.mutex());
   // CPU: mt19937 reseeded (and its cached normal samples dropped); CUDA:
   // Philox key = the seed, offset 0.
-  gen.set_current_seed(streamSeed(active->key, node));
+  gen.set_current_seed(streamSeed(active->key_, node));
   return true;
 }
 

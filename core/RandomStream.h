@@ -67,7 +67,11 @@ class RandomKeyScope {
   RandomKeyScope& operator=(const RandomKeyScope&) = delete;
 
  private:
-  const void* previous_;
+  friend const RandomKey* activeRandomKey();
+  friend bool seedForNode(int64_t node);
+  RandomKey key_;
+  c10::Device device_;
+  const RandomKeyScope* previous_;
 };
 
 // The active key, or nullptr.

@@ -15,45 +15,46 @@ namespace sluice {
 
 namespace fs = std::filesystem;
 
-OutputLock::OutputLock(const std::string& dir, const std::string& key) {
+namespace {
+
+void requireDirectoryOrAbsent(const std::string& dir, const std::string& key) {
   std::error_code ec;
   SLUICE_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), ConfigError,
                "config error: " << key << " '" << dir << "' is a file, not a directory; give a directory");
+}
+
+}  // namespace
+
+OutputLock::OutputLock(const std::string& dir, const std::string& key) : dir_(dir) {
+  requireDirectoryOrAbsent(dir, key);
+  std::error_code ec;
   created_ = fs::create_directories(dir, ec);
   SLUICE_CHECK(!ec, ConfigError, "config error: cannot create " << key << " '" << dir << "': " << ec.message());
-  dir_ = dir;
+  // On a failure below: let go of the file, remove what this lock made, throw.
+  auto fail = [&](const std::string& why) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    removeIfUnused();
+    throw ConfigError("config error: " + why);
+  };
   const std::string path = (fs::path(dir) / ".sluice.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    const int err = errno;
-    removeIfUnused();
-    throw ConfigError("config error: " + key + " '" + dir + "' is not writable: " + std::strerror(err));
-  }
+  if (fd_ < 0) fail(key + " '" + dir + "' is not writable: " + std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err != EWOULDBLOCK) fail("cannot lock " + key + " '" + dir + "': " + std::strerror(err));
     char holder[256] = {};
     const ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    ::close(fd_);
-    fd_ = -1;
-    removeIfUnused();
-    SLUICE_CHECK(err != EWOULDBLOCK, ConfigError,
-                 "config error: " << key << " '" << dir << "' is in use by another sluice job ("
-                                  << (who.empty() ? "holder unknown" : who)
-                                  << "); give this job another " << key << ", or wait for that one to end");
-    throw ConfigError("config error: cannot lock " + key + " '" + dir + "': " + std::strerror(err));
+    fail(key + " '" + dir + "' is in use by another sluice job (" + (who.empty() ? "holder unknown" : who) +
+         "); give this job another " + key + ", or wait for that one to end");
   }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
-  const bool written = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
-  if (!written) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    removeIfUnused();
-    throw ConfigError("config error: " + key + " '" + dir + "' is not writable: " + std::strerror(err));
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    fail(key + " '" + dir + "' is not writable: " + std::strerror(errno));
   }
 }
 
@@ -84,9 +85,7 @@ std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config) {
     // Inside the output directory: covered by its lock; only checked.
     const bool inside = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first == out.end();
     if (inside) {
-      std::error_code ec;
-      SLUICE_CHECK(!fs::exists(ck, ec) || fs::is_directory(ck, ec), ConfigError,
-                   "config error: checkpoint.dir '" << config.checkpointDir() << "' is a file, not a directory");
+      requireDirectoryOrAbsent(config.checkpointDir(), "checkpoint.dir");
     } else {
       locks.push_back(std::make_unique<OutputLock>(config.checkpointDir(), "checkpoint.dir"));
     }

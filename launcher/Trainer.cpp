@@ -115,7 +115,10 @@ void installStopHandlers() {
   // and `sluice launch` turn a SIGTERM they get into SIGUSR1 for the ranks.
   std::signal(SIGUSR1, onStop);
   std::signal(SIGUSR2, onReport);  // print the metrics report and go on
-  if (!Communicator::launchedByMpi() && !std::getenv("SLURM_PROCID")) std::signal(SIGTERM, onStop);
+  if (!Communicator::launchedByMpi() && !std::getenv("SLURM_PROCID")) {
+    std::signal(SIGTERM, onStop);
+    std::signal(SIGINT, onStop);  // Ctrl-C stops like SIGTERM (Note [no orphans], Supervisor.cpp)
+  }
 }
 
 void Trainer::setUp() {

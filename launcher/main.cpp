@@ -391,8 +391,13 @@ int runLaunch(Args a) {
 
 int main(int argc, char** argv) {
   sluice::keepFreedMemoryInHeap();  // before the first large tensor (core/HeapPolicy.h)
-  // A launcher keeps a stop that comes during its start-up (Supervisor.h).
-  if (!sluice::Communicator::launchedByMpi()) sluice::catchStopSignals();
+  // A launcher keeps a stop that comes during its start-up (Supervisor.h);
+  // the other commands keep the default (a signal ends them).
+  if (argc >= 2 && !sluice::Communicator::launchedByMpi() &&
+      (std::strcmp(argv[1], "train") == 0 || std::strcmp(argv[1], "launch") == 0 ||
+       std::strcmp(argv[1], "profile") == 0)) {
+    sluice::catchStopSignals();
+  }
   try {
     if (argc >= 2 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
       return printVersion();

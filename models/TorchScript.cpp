@@ -180,12 +180,12 @@ namespace {
 // Each tensor of the module once, under the first name it has (a tied
 // weight, head.weight = tok.weight, is one tensor with two names: the graph
 // and the checkpoints call it by the first), with all its names.
-struct NamedTensor {
+struct ModuleTensor {
   std::vector<std::string> names;
   at::Tensor tensor;
 };
-std::vector<NamedTensor> uniqueTensors(const torch::jit::Module& m) {
-  std::vector<NamedTensor> out;
+std::vector<ModuleTensor> uniqueTensors(const torch::jit::Module& m) {
+  std::vector<ModuleTensor> out;
   std::map<const c10::TensorImpl*, size_t> index;
   auto add = [&](const std::string& name, const at::Tensor& t) {
     auto [it, fresh] = index.emplace(t.unsafeGetTensorImpl(), out.size());
