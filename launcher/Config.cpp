@@ -379,7 +379,7 @@ void validate(Config& c) {
               " (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb or auto, got '" + p.schedule + "'");
   if (p.chunks == 0) {
     const bool canInterleave =
-        p.stages >= 2 && p.microbatches % p.stages == 0 && c.memory.policy != "full_recompute";
+        p.stages >= 2 && p.microbatches % p.stages == 0;
     p.chunks = interleaved || (autoSchedule && canInterleave) ? 2 : 1;
   }
   if (p.chunks > 1) {
@@ -444,9 +444,6 @@ void validate(Config& c) {
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
   require(mem.policy != "full_recompute" || p.execution == "eager",
           "memory.policy full_recompute needs pipeline.execution: eager");
-  require(mem.policy != "full_recompute" || !pipeline::keepsEverySavedTensor(p.schedule),
-          "memory.policy full_recompute does not work with pipeline.schedule " + p.schedule +
-              " (it keeps every saved tensor): use 1f1b or gpipe, or memory.policy plan");
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
   require(in(t.nanPolicy, {"abort", "skip"}), "training.nan_policy must be abort or skip, got '" + t.nanPolicy + "'");
   auto& ck = c.checkpoint;

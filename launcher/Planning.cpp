@@ -117,10 +117,6 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   // Interleaved where the config allows it (pipeline.chunks > 1, Config.h) and the cuts, if given, are for it.
   const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
   if (chunks > 1 && cutsForInterleaved) candidates.insert(candidates.end(), {"interleaved", "interleaved-zb"});
-  if (settings.policy == "full_recompute") {
-    candidates.erase(std::remove_if(candidates.begin(), candidates.end(), pipeline::keepsEverySavedTensor),
-                     candidates.end());
-  }
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;
   report.precision(1);

@@ -412,6 +412,18 @@ void StageMemory::beginBackward(int microBatch, const std::vector<int>& nextMicr
   c.engine->prefetch(order);
 }
 
+void StageMemory::endBackwardInput(int microBatch, bool weightNext) {
+  auto& engine = context_->engine;
+  if (!engine) return;
+  engine->check();
+  if (weightNext) return;
+  auto it = swapOrder_.find(microBatch);
+  if (it == swapOrder_.end()) return;
+  for (auto& weak : it->second) {
+    if (auto slot = weak.lock()) engine->evict(slot);
+  }
+}
+
 void StageMemory::endBackward(int microBatch) {
   swapOrder_.erase(microBatch);
   if (context_->engine) context_->engine->check();

@@ -38,6 +38,21 @@
 //   memory.beginBackward(mb, {nextMb});  // prefetch swapped storages
 //   torch::autograd::backward(...);
 //   memory.endBackward(mb);
+//
+// Note [split backward memory]: under a schedule that splits backward
+// (pipeline/BackwardSplit.h) a micro-batch's backward runs in two calls,
+// each between beginBackward and an end: BackwardInput ends with
+// endBackwardInput, BackwardWeight with endBackward. What BackwardInput
+// reads and BackwardWeight no longer needs goes with the autograd nodes
+// BackwardSplit releases (their saved tensors hold the records). What
+// BackwardWeight still needs stays referenced: a kept storage stays; a
+// swapped one is given back to the tier after BackwardInput
+// (SwapEngine::evict; unless the weight half runs next) and read again,
+// prefetched in the schedule's order, before BackwardWeight; a recomputed
+// one that BackwardInput rebuilt (an autograd node unpacks all its saved
+// tensors, so a node feeding both halves rebuilds its weight-side inputs
+// too) is held until BackwardWeight, and one only the weight half reads is
+// rebuilt there, under the forward's random key as always.
 #pragma once
 
 #include <torch/torch.h>
@@ -96,6 +111,10 @@ class StageMemory : public NodeObserver {
   // then of the next ones, within the swap window.
   void beginBackward(int microBatch, const std::vector<int>& nextMicroBatches = {});
   void endBackward(int microBatch);
+  // The end of a split backward's input half (Note [split backward memory]):
+  // swapped storages the weight half still needs go back to the tier unless
+  // weightNext (the weight half of this micro-batch runs right after).
+  void endBackwardInput(int microBatch, bool weightNext);
 
   bool active() const;  // the plan frees something, or facts are recorded
   // Swap I/O, swap stalls and recomputes as trace events while `trace` is

@@ -77,30 +77,60 @@ bool SwapEngine::readAllowedLocked(const SwapSlot& slot) const {
   return prefetchedBytes_ == 0 || prefetchedBytes_ + pendingWriteBytes_ + slot.bytes_ <= window_;
 }
 
+void SwapEngine::waitForWriteRoomLocked(std::unique_lock<std::mutex>& lock, int64_t bytes, int microBatch) {
+  auto fits = [&] { return pendingWriteBytes_ == 0 || pendingWriteBytes_ + prefetchedBytes_ + bytes <= window_; };
+  if (fits()) return;
+  // Memory on its way to the tier stays within the window: wait for the I/O thread.
+  const auto t0 = Clock::now();
+  const auto mark = trace_ ? trace_->current() : TraceRecorder::Mark{};
+  done_.wait(lock, [&] { return error_ || stop_ || fits(); });
+  stats_.stallSeconds += since(t0);
+  if (trace_) trace_->add(mark, "stall: swap window full", "compute", microBatch, "swap");
+  rethrowLocked();
+}
+
+void SwapEngine::queueWriteLocked(const std::shared_ptr<SwapSlot>& slot) {
+  slot->state_ = SwapSlot::State::Queued;
+  slot->after_ = tier_->orderAfterCompute();
+  writes_.push_back(slot);
+  pendingWriteBytes_ += slot->bytes_;
+  work_.notify_one();
+}
+
 std::shared_ptr<SwapSlot> SwapEngine::swapOut(const c10::Storage& storage, int microBatch) {
   std::unique_lock<std::mutex> lock(mutex_);
   rethrowLocked();
   const auto bytes = static_cast<int64_t>(storage.nbytes());
-  auto fits = [&] { return pendingWriteBytes_ == 0 || pendingWriteBytes_ + prefetchedBytes_ + bytes <= window_; };
-  if (!fits()) {
-    // Memory on its way to the tier stays within the window: wait for the I/O thread.
-    const auto t0 = Clock::now();
-    const auto mark = trace_ ? trace_->current() : TraceRecorder::Mark{};
-    done_.wait(lock, [&] { return error_ || stop_ || fits(); });
-    stats_.stallSeconds += since(t0);
-    if (trace_) trace_->add(mark, "stall: swap window full", "compute", microBatch, "swap");
-    rethrowLocked();
-  }
+  waitForWriteRoomLocked(lock, bytes, microBatch);
   auto slot = std::make_shared<SwapSlot>();
   slot->storage_ = storage;
-  slot->after_ = tier_->orderAfterCompute();
   slot->bytes_ = bytes;
   slot->microBatch_ = microBatch;
   slot->engine_ = weak_from_this();
-  writes_.push_back(slot);
-  pendingWriteBytes_ += bytes;
-  work_.notify_one();
+  queueWriteLocked(slot);
   return slot;
+}
+
+void SwapEngine::evict(const std::shared_ptr<SwapSlot>& slot) {
+  using State = SwapSlot::State;
+  std::unique_lock<std::mutex> lock(mutex_);
+  rethrowLocked();
+  if (slot->state_ != State::Resident) return;
+  if (slot->prefetched_) {
+    slot->prefetched_ = false;
+    prefetchedBytes_ -= slot->bytes_;
+  }
+  slot->queuedForRead_ = false;
+  ++stats_.evictions;
+  if (slot->location_ >= 0) {  // the tier still has its bytes
+    slot->storage_ = c10::Storage();
+    slot->state_ = State::OnTier;
+  } else {  // read back before its write started: write it now
+    waitForWriteRoomLocked(lock, slot->bytes_, slot->microBatch_);
+    if (slot->state_ == State::Resident) queueWriteLocked(slot);
+  }
+  done_.notify_all();
+  work_.notify_one();
 }
 
 void SwapEngine::prefetch(const std::vector<std::shared_ptr<SwapSlot>>& slots) {

@@ -14,6 +14,13 @@
 //   resident (a slot not prefetched yet jumps the queue). Before the write
 //   started it returns the original storage and cancels the write.
 // - release(slot) frees the slot's memory and its space on the tier.
+// - evict(slot) gives back the memory of a slot read in (swapIn, or read
+//   ahead) while keeping its bytes on the tier, so a later swapIn or
+//   prefetch reads them again: a split backward (zero-bubble schedules)
+//   reads a storage at BackwardInput and again at BackwardWeight, and holds
+//   nothing of it in between. A slot whose write was cancelled (swapIn came
+//   first) is written again, under the window like swapOut. Other states:
+//   nothing to do.
 // - An I/O error stops the engine; every later call (and any waiting one)
 //   throws it as MemoryError on the compute thread. Nothing waits forever: a
 //   failed or stopped engine wakes every waiter.
@@ -41,6 +48,7 @@ namespace sluice::memory {
 struct SwapStats {
   int64_t bytesWritten = 0, bytesRead = 0, writes = 0, reads = 0;
   int64_t demandReads = 0;   // reads the compute thread waited for, not prefetched in time
+  int64_t evictions = 0;     // slots read in and given back to the tier until read again (evict)
   double stallSeconds = 0;   // compute thread blocked on the window or on a read
 };
 
@@ -76,6 +84,7 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   void prefetch(const std::vector<std::shared_ptr<SwapSlot>>& slots);
   c10::Storage swapIn(SwapSlot& slot);
   void release(SwapSlot& slot);
+  void evict(const std::shared_ptr<SwapSlot>& slot);
   // Throws the I/O thread's error, if any.
   void check();
   // Blocks until every queued write is on the tier (then throws its error, if any).
@@ -92,6 +101,9 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
   void failLocked(std::exception_ptr e);
   void rethrowLocked();
   bool readAllowedLocked(const SwapSlot& slot) const;
+  // Blocks while `bytes` more on their way to the tier would overflow the window.
+  void waitForWriteRoomLocked(std::unique_lock<std::mutex>& lock, int64_t bytes, int microBatch);
+  void queueWriteLocked(const std::shared_ptr<SwapSlot>& slot);
 
   std::unique_ptr<SwapTier> tier_;
   const int64_t window_;

@@ -61,13 +61,24 @@ int inFlight(const Problem& p, int stage) {
   return p.gpipe ? p.microBatches : std::min(p.stages - stage, p.microBatches);
 }
 
-int64_t Problem::weightGradBytes(int stage, int first, int end) const {
+int64_t Problem::weightGradPerMicroBatch(int first, int end) const {
   if (weightPendingPerStage.empty()) return 0;
   // The first stage's inputs (the data) need no gradient: its BackwardInput
   // captures nothing, and its W runs its whole backward from the stage's
   // output gradients, held until then.
-  if (first == 0) return weightPendingPerStage.at(stage) * (end < numNodes() ? cutBytes.at(end) : 0);
-  return weightPendingPerStage.at(stage) * (weightGradPrefix.at(end) - weightGradPrefix.at(first));
+  if (first == 0) return end < numNodes() ? cutBytes.at(end) : 0;
+  return weightGradPrefix.at(end) - weightGradPrefix.at(first);
+}
+
+int64_t Problem::weightGradBytes(int stage, int first, int end) const {
+  if (weightPendingPerStage.empty()) return 0;
+  return weightPendingPerStage.at(stage) * weightGradPerMicroBatch(first, end);
+}
+
+int64_t Problem::weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const {
+  if (weightPendingPerStage.empty()) return 0;
+  const int64_t held = first == 0 ? saved : cutBytes.at(first) + weightSaved;
+  return weightPendingPerStage.at(stage) * (held + weightGradPerMicroBatch(first, end));
 }
 
 int64_t Problem::stepBytes(int64_t paramBytes, int64_t largestParamBytes) const {
@@ -235,8 +246,11 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
       largestParams = std::max(largestParams, sp.bytes);
     }
   }
+  int64_t weightSaved = 0;  // saved bytes W reads (split backward)
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-    if (storageInStage(p, x, first, end)) s.savedBytes += p.storages[x].bytes;
+    if (!storageInStage(p, x, first, end)) continue;
+    s.savedBytes += p.storages[x].bytes;
+    if (p.storages[x].weightReads) weightSaved += p.storages[x].bytes;
   }
   const int64_t unit = memoryUnit(p);
   int64_t freedUnits = 0;
@@ -275,11 +289,28 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.transientBytes = transientBytes(p, first, end, isFreed);
   s.windowBytes = s.swappedBytes > 0 ? p.window() : 0;
   s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
-  const int64_t pendingW = p.weightGradBytes(stage, first, end);
   const int64_t afterBackward = s.staticBytes + p.stepBytes(s.paramBytes, largestParams);
-  s.peakBytes = std::max(afterBackward,
-                         s.staticBytes + s.inFlight * s.heldBytes + pendingW + s.transientBytes + s.windowBytes);
-  s.boundBytes = std::max(afterBackward, s.staticBytes + s.inFlight * s.heldBytes + pendingW +
+  int64_t holdingBound = s.inFlight * s.heldBytes;
+  if (p.holdingMixes.empty()) {
+    s.holdingBytes = holdingBound + p.weightGradBytes(stage, first, end);
+    holdingBound = s.holdingBytes;
+  } else {
+    // Note [split backward holding] (Problem): swapped storages are back on
+    // the tier between Bi and W; the first stage's W runs its whole backward.
+    int64_t weightHeld = s.boundaryBytes;
+    for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+      if (storageInStage(p, x, first, end) && p.storages[x].weightReads && isFreed[x] != 1) {
+        weightHeld += p.storages[x].bytes;
+      }
+    }
+    s.heldWeightBytes = (first == 0 ? s.heldBytes : weightHeld) + p.weightGradPerMicroBatch(first, end);
+    for (auto [a, b] : p.holdingMixes.at(stage)) {
+      s.holdingBytes = std::max(s.holdingBytes, a * s.heldBytes + b * s.heldWeightBytes);
+    }
+    holdingBound += p.weightHeldBound(stage, first, end, s.savedBytes + (last ? p.lossSavedBytes : 0), weightSaved);
+  }
+  s.peakBytes = std::max(afterBackward, s.staticBytes + s.holdingBytes + s.transientBytes + s.windowBytes);
+  s.boundBytes = std::max(afterBackward, s.staticBytes + holdingBound +
                                              transientBound(p, first, end, s.recomputedBytes > 0) + s.windowBytes);
   s.comm = commSeconds(p, first) + commSeconds(p, end);
   if (last) s.loss = p.lossSeconds;

@@ -36,11 +36,13 @@
 //             freeable storages + the loss's saved tensors on the last stage;
 //   inFlight_k = m for GPipe, min(p - k, m) for 1F1B, the schedule's own
 //             count for interleaved 1F1B (per stage; a rank's stages share
-//             its budget equally, Plan.h) and for ZB-H1 (activations held
-//             until the weight gradient),
-//             which also adds its weight-pending micro-batches' output
-//             gradients (Problem::weightGradPrefix; an upper bound: the input
-//             gradient's own saved tensors are freed by then);
+//             its budget equally, Plan.h) and, up to BackwardInput, for the
+//             schedules that split backward; these also hold, from
+//             BackwardInput to BackwardWeight, what W reads (Note [split
+//             backward holding], Problem): the predicted peak takes the
+//             largest a x held + b x heldWeight over the (a, b) counts the
+//             stage reaches at once, the bound max a x held + max b x the
+//             weight share's bound;
 //   transient = max over the stage's nodes j of (k_j - the kept bytes of
 //             storages first saved after j + the freed storages in use at j)
 //             (and the loss's workspace on the last stage): node j runs, in
@@ -88,6 +90,11 @@ struct SavedStorage {
   int producer = 0, slot = 0;
   int firstSaver = 0;
   int lastReader = 0;  // the last node reading a value on it (numNodes(): a graph output)
+  std::vector<int> savers;  // the nodes that save it, ascending
+  // Under a split backward: some saver's backward computes a weight
+  // gradient, so the storage is read again by BackwardWeight (Note [split
+  // backward memory], memory/StageMemory.h).
+  bool weightReads = false;
   // Saved storages (indices into Problem::storages, made earlier) that the
   // segment reads from outside itself: recomputing this one rebuilds or reads
   // them back first.
@@ -126,19 +133,31 @@ struct Problem {
   bool gpipe = false;              // else 1F1B
   // When set (zb-h1, interleaved: schedules other than GPipe and 1F1B; there
   // `stages` counts every stage of every rank): each stage's peak micro-batches
-  // in flight, from the schedule itself (pipeline::peakInFlight).
+  // between their forward and their backward (B), or under a split backward
+  // their BackwardInput (pipeline::peakAwaitingBackward).
   std::vector<int> inFlightPerStage;
-  // With it: each stage's peak micro-batches between BackwardInput and
-  // BackwardWeight (pipeline::peakWeightPending), and prefix sums (size n + 1)
-  // over nodes of the output-gradient bytes a deferred weight gradient
-  // re-enters a node with (nodes whose backward feeds both activations and
-  // weights), held from BackwardInput to BackwardWeight. A stage's memory
-  // gains weightGradBytes(k, first, end) = weightPending_k x the stage's sum;
-  // the first stage (whose BackwardInput captures nothing) weightPending_0 x
-  // its output gradients' bytes (cutBytes at its end), which its W starts from.
+  // Under a split backward (zb-h1, interleaved-zb), Note [split backward
+  // holding]: each stage's peak micro-batches between BackwardInput and
+  // BackwardWeight (pipeline::peakWeightPending), the (between F and Bi,
+  // between Bi and W) counts a stage reaches at once
+  // (pipeline::holdingMixes), and prefix sums (size n + 1) over nodes of the
+  // output-gradient bytes a deferred weight gradient re-enters a node with
+  // (nodes whose backward feeds both activations and weights). A micro-batch
+  // between Bi and W holds its boundary input, its kept and recomputed
+  // storages that W reads (SavedStorage::weightReads; a swapped one is back
+  // on the tier) and those gradients; on the first stage (whose
+  // BackwardInput computes nothing: its W runs the whole backward) all it
+  // held before Bi, and its output gradients (cutBytes at its end).
   std::vector<int> weightPendingPerStage;
+  std::vector<std::vector<std::pair<int, int>>> holdingMixes;
   std::vector<int64_t> weightGradPrefix;
-  int64_t weightGradBytes(int stage, int first, int end) const;
+  int64_t weightGradPerMicroBatch(int first, int end) const;
+  int64_t weightGradBytes(int stage, int first, int end) const;  // weightPending x weightGradPerMicroBatch
+  // The budget bound's share of the micro-batches between Bi and W: every
+  // storage W may read counted whatever its action (so that freeing a
+  // storage lowers the bound by inFlight x its bytes: a knapsack still).
+  // saved / weightSaved: the stage's saved bytes, and those with weightReads.
+  int64_t weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   double staticPerParamByte = 4;   // see above
   // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
@@ -187,6 +206,8 @@ struct StageCost {
   int64_t paramBytes = 0, staticBytes = 0, boundaryBytes = 0, savedBytes = 0, keptBytes = 0, swappedBytes = 0,
           recomputedBytes = 0, transientBytes = 0, windowBytes = 0;
   int64_t heldBytes = 0;  // per micro-batch in flight: boundary + kept + loss saved
+  int64_t heldWeightBytes = 0;  // per micro-batch between Bi and W (split backward): what W reads + gradients
+  int64_t holdingBytes = 0;     // the micro-batches' share of the peak (inFlight x held, or the mixes')
   int64_t peakBytes = 0;  // static + inFlight * held + transient + window: the predicted peak
   int64_t boundBytes = 0; // the same with transientBound: what must fit the budget
   std::vector<std::pair<int, Action>> freed;  // storage indices not kept

@@ -54,7 +54,7 @@ enum class Variant { Keep, Recompute, Swap, Both };
 // What a stage [first, end) holds and needs, accumulated one node at a time.
 struct StageSums {
   int first = 0;
-  int64_t params = 0, saved = 0;
+  int64_t params = 0, saved = 0, weightSaved = 0;  // weightSaved: of saved, what a split backward's W reads
   BoundSum plain, chained;  // spans to the last reader; through recompute chains
   double compute = 0;
   std::vector<KnapsackItem> items;
@@ -92,6 +92,7 @@ struct StageSums {
   bool addStorage(const Problem& p, int x, KnapsackItem* item) {
     const auto& st = p.storages[x];
     saved += st.bytes;
+    if (st.weightReads) weightSaved += st.bytes;
     KnapsackItem it;
     it.storage = x;
     it.units = p.budgetBytes > 0 ? st.bytes / memoryUnit(p) : 0;
@@ -124,7 +125,8 @@ struct StageSums {
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
     return staticBytes(p) + inFlight(p, k) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
-           p.weightGradBytes(k, first, end) + (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
+           p.weightHeldBound(k, first, end, savedBytes + (last ? p.lossSavedBytes : 0), weightSaved) +
+           (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
            p.budgetBytes;
   }
   int64_t need(const Problem& p, int k, int end, Variant v) const {

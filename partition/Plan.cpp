@@ -380,10 +380,16 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   const bool split = pipeline::splitsBackward(schedule);
   // Schedules other than GPipe and 1F1B: in flight per stage from the schedule itself.
   const bool ownFlights = split || schedule.chunks() > 1;
-  if (ownFlights) p.inFlightPerStage = pipeline::peakInFlight(schedule);
+  if (ownFlights) p.inFlightPerStage = split ? pipeline::peakAwaitingBackward(schedule) : pipeline::peakInFlight(schedule);
   if (split) {
-    // (Stage 0 holds its output gradients instead: Problem::weightGradBytes.)
+    // Note [split backward holding] (CostModel.h). (Stage 0 holds its output
+    // gradients instead: Problem::weightGradPerMicroBatch.)
     p.weightPendingPerStage = pipeline::peakWeightPending(schedule);
+    p.holdingMixes = pipeline::holdingMixes(schedule);
+    for (auto& storage : p.storages) {
+      storage.weightReads = std::any_of(storage.savers.begin(), storage.savers.end(),
+                                        [&](int j) { return profile.nodes[j].weightBackwardSeconds > 0; });
+    }
     // Nodes whose backward feeds activations and weights (a strict, non-zero
     // weight share): the deferred W re-enters them with their output's gradient.
     p.weightGradPrefix.assign(n + 1, 0);
@@ -401,13 +407,11 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
     p.stepRanks = st.dataParallel;
     p.stepBucketBytes = st.distAdamBucketBytes;
   }
-  if (st.policy != "plan" || ownFlights) {
+  if (st.policy != "plan") {
     // Nothing is left for the partitioner to free: `none` keeps everything and
-    // full_recompute's choices are fixed (fullRecomputeChoices); schedules
-    // that split backward or interleave run with every saved tensor kept
-    // (StageWorker.h, launcher/Trainer.h).
+    // full_recompute's choices are fixed (fullRecomputeChoices).
     p.swapSecondsPerByte = 0;
-    if (st.policy == "none" || ownFlights) {
+    if (st.policy == "none") {
       for (auto& s : p.storages) s.lastParamWriter = n;
     }
   }

@@ -67,6 +67,7 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
     s.slot = f.key.slot;
     s.bytes = f.bytes;
     s.firstSaver = f.savers.front();
+    s.savers = f.savers;
     s.lastReader = std::max(f.savers.back(), lastReader.count(f.key) ? lastReader[f.key] : 0);
     std::set<int> segment{s.producer};
     std::vector<int> work{s.producer};

@@ -25,8 +25,12 @@
 //   gradients) and from the roots that lead straight into the weight region,
 //   accumulating into .grad (so gradient hooks, e.g. DistAdam's, fire here),
 //   and frees the graph.
-// Saved-tensor hooks (memory plans) are not supported: between the two
-// halves the weight region's saved tensors stay in memory.
+// Saved tensors: the input region's non-frontier nodes release theirs after
+// runInput; frontier and weight-region nodes keep theirs until runWeight
+// (an autograd node unpacks every saved tensor each time it runs, so a
+// frontier node reads its weight-side inputs in both halves). With
+// saved-tensor hooks (memory plans) each read goes through the hooks
+// (Note [split backward memory], memory/StageMemory.h).
 #pragma once
 
 #include <torch/torch.h>

@@ -295,7 +295,6 @@ bool interleavesStages(const std::string& name) { return name == "interleaved" |
 
 bool fitsToStageTimes(const std::string& name) { return name == "zb-h1" || name == "interleaved-zb"; }
 
-bool keepsEverySavedTensor(const std::string& name) { return name == "zb-h1" || interleavesStages(name); }
 
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
   if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);
@@ -427,6 +426,32 @@ std::vector<int> peakWeightPending(const Schedule& s) {
 
 std::vector<int> peakInFlight(const Schedule& s) {
   return peakOpen(s, ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardWeight);
+}
+
+std::vector<int> peakAwaitingBackward(const Schedule& s) {
+  return peakOpen(s, ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardInput);
+}
+
+std::vector<std::vector<std::pair<int, int>>> holdingMixes(const Schedule& s) {
+  std::vector<std::vector<std::pair<int, int>>> out(s.stages);
+  for (int st = 0; st < s.stages; ++st) {
+    int beforeInput = 0, beforeWeight = 0;
+    auto& mixes = out[st];
+    for (auto& a : s.stageActions(st)) {
+      if (a.kind == ActionKind::Forward) ++beforeInput;
+      if (a.kind == ActionKind::Backward) --beforeInput;
+      if (a.kind == ActionKind::BackwardInput) --beforeInput, ++beforeWeight;
+      if (a.kind == ActionKind::BackwardWeight) --beforeWeight;
+      const std::pair<int, int> now{beforeInput, beforeWeight};
+      auto covers = [](const std::pair<int, int>& x, const std::pair<int, int>& y) {
+        return x.first >= y.first && x.second >= y.second;
+      };
+      if (std::any_of(mixes.begin(), mixes.end(), [&](auto& m) { return covers(m, now); })) continue;
+      mixes.erase(std::remove_if(mixes.begin(), mixes.end(), [&](auto& m) { return covers(now, m); }), mixes.end());
+      mixes.push_back(now);
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice::pipeline

@@ -113,10 +113,6 @@ Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, cons
 const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved, interleaved-zb
 // True for the schedules that put several stages (chunks) on each rank.
 bool interleavesStages(const std::string& name);
-// True for the schedules that run with every saved tensor kept (no swap or
-// recompute): those that split backward (zb-h1, interleaved-zb) or put
-// several stages on a rank.
-bool keepsEverySavedTensor(const std::string& name);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
 // ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
 // the schedule has stages x chunks stages. `costs` fit zb-h1 and
@@ -161,6 +157,13 @@ void checkSchedule(const Schedule& schedule, const std::vector<int>& inFlightLim
 
 // Micro-batches whose forward finished but backward did not, at most, per stage.
 std::vector<int> peakInFlight(const Schedule& schedule);
+// Micro-batches whose forward finished but whose Backward or BackwardInput
+// did not, at most, per stage (== peakInFlight for a whole backward).
+std::vector<int> peakAwaitingBackward(const Schedule& schedule);
+// Per stage, the (between F and B/Bi, between Bi and W) micro-batch counts
+// it holds at once after each of its actions, keeping only pairs no other
+// pair covers in both (what a memory peak can be made of).
+std::vector<std::vector<std::pair<int, int>>> holdingMixes(const Schedule& schedule);
 // Micro-batches between their BackwardInput and BackwardWeight, at most, per
 // stage (they also hold the output gradients W re-enters with). 0 when whole.
 std::vector<int> peakWeightPending(const Schedule& schedule);

@@ -81,11 +81,6 @@ StageWorker::~StageWorker() = default;
 void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir) {
   SLUICE_CHECK(module_.mode() == ExecMode::Eager, GraphError,
                "stage " << stage_.index << ": a memory plan (swap, recompute) needs pipeline.execution: eager");
-  SLUICE_CHECK(!plan.freesAnything() || !splitsBackward(schedule_), GraphError,
-               "stage " << stage_.index << ": schedule " << schedule_.name
-                        << " splits backward (input, then weight gradients) and runs with every saved tensor kept; "
-                           "its memory plan swaps or recomputes: use pipeline.schedule 1f1b or gpipe, or a larger "
-                           "memory.budget_mb");
   memory::StageMemoryOptions options;
   options.plan = std::move(plan);
   options.swapDir = swapDir;
@@ -225,21 +220,28 @@ std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> StageWorker::b
   return {roots, grads};
 }
 
-void StageWorker::backwardInput(InFlight& st) {
+void StageWorker::backwardInput(int mb, InFlight& st, const std::vector<int>& nextBackwards, bool weightNext) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Without an input that needs a gradient (the first stage), the input half
+  // computes nothing and reads no saved tensor: nothing to fetch or give back.
+  const bool reads = memory_ && std::find(inputNeedsGrad_.begin(), inputNeedsGrad_.end(), true) != inputNeedsGrad_.end();
+  if (reads) memory_->beginBackward(mb, nextBackwards);
   auto [roots, grads] = backwardRoots(st);
   st.split = std::make_unique<BackwardSplit>();
   st.inputGrads = st.split->runInput(roots, grads, st.inputs);
   st.outputEdges.clear();
   st.outputGrads.clear();
   st.loss = torch::Tensor();
+  if (reads) memory_->endBackwardInput(mb, weightNext);
   times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void StageWorker::backwardWeight(InFlight& st) {
+void StageWorker::backwardWeight(int mb, InFlight& st, const std::vector<int>& nextBackwards) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (memory_) memory_->beginBackward(mb, nextBackwards);
   st.split->runWeight();
   st.split.reset();
+  if (memory_) memory_->endBackward(mb);
   times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++times_.backwards;
 }
@@ -283,6 +285,10 @@ std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked) {
   return {"?", "compute"};
 }
 
+bool isBackwardPiece(const Action& a) {
+  return a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight;
+}
+
 bool isCompute(const Action& a) {
   return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
          a.kind == ActionKind::BackwardWeight;
@@ -305,7 +311,7 @@ void StageWorker::reapSends() {
   sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
 }
 
-void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards) {
+void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards, bool weightNext) {
   const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   auto& st = state_.at(a.microBatch);
   const bool chunked = schedule_.chunks() > 1;
@@ -354,10 +360,10 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
       backward(a.microBatch, st, nextBackwards);
       break;
     case ActionKind::BackwardInput:
-      backwardInput(st);
+      backwardInput(a.microBatch, st, nextBackwards, weightNext);
       break;
     case ActionKind::BackwardWeight:
-      backwardWeight(st);
+      backwardWeight(a.microBatch, st, nextBackwards);
       break;
     case ActionKind::SendGrad: {
       for (size_t i = 0; i < nIn; ++i) {
@@ -416,13 +422,24 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
         if (isCompute(actions[y])) break;
       }
     }
-    std::vector<int> next;  // the stage's next backward (memory plans prefetch for it)
-    if (a.kind == ActionKind::Backward) {
+    // The stage's next backward piece (memory plans prefetch for it), and
+    // whether a BackwardInput's weight half is the rank's next compute action.
+    std::vector<int> next;
+    bool weightNext = false;
+    if (isBackwardPiece(a)) {
       for (size_t y = x + 1; y < actions.size() && next.empty(); ++y) {
-        if (actions[y].kind == ActionKind::Backward && actions[y].stage == a.stage) next.push_back(actions[y].microBatch);
+        if (isBackwardPiece(actions[y]) && actions[y].stage == a.stage) next.push_back(actions[y].microBatch);
       }
     }
-    byStage.at(a.stage)->execute(a, next);
+    if (a.kind == ActionKind::BackwardInput) {
+      for (size_t y = x + 1; y < actions.size(); ++y) {
+        if (!isCompute(actions[y])) continue;
+        weightNext = actions[y].kind == ActionKind::BackwardWeight && actions[y].stage == a.stage &&
+                     actions[y].microBatch == a.microBatch;
+        break;
+      }
+    }
+    byStage.at(a.stage)->execute(a, next, weightNext);
   }
   torch::Tensor loss;
   for (auto* w : stages) {

@@ -21,11 +21,15 @@
 //   receive buffers, which is what the cost model counts. It waits for its
 //   own sends before returning. Gradients accumulate into the parameters'
 //   .grad across micro-batches.
-// - Schedules that split backward (zb-h1) run BackwardInput / BackwardWeight
-//   through BackwardSplit; they refuse memory plans that swap or recompute.
-// - With a memory plan (setMemoryPlan; eager execution), saved tensors are
-//   kept, swapped or recomputed as the plan says (memory::StageMemory);
-//   swapped ones are prefetched in the order the schedule runs backwards.
+// - Schedules that split backward (zb-h1, interleaved-zb) run BackwardInput /
+//   BackwardWeight through BackwardSplit.
+// - With a memory plan (setMemoryPlan; eager execution; every schedule),
+//   saved tensors are kept, swapped or recomputed as the plan says
+//   (memory::StageMemory); swapped ones are prefetched in the order the
+//   schedule runs this stage's backward pieces (B, or Bi and W separately),
+//   and under a split backward a swapped storage the weight half needs goes
+//   back to the tier between Bi and W (Note [split backward memory],
+//   memory/StageMemory.h).
 // - Each micro-batch's forward runs under its random key (MicroBatch::random,
 //   Note [random streams]): random nodes draw the same numbers on any split,
 //   schedule and memory plan. A stage that draws random numbers must run
@@ -118,7 +122,9 @@ class StageWorker {
   // the step's loss on the last stage, undefined elsewhere).
   void beginStep(const std::vector<MicroBatch>& microBatches);
   void postReceives(const Action& a);
-  void execute(const Action& a, const std::vector<int>& nextBackwards);
+  // nextBackwards: the micro-batch of this stage's next backward piece
+  // (prefetch); weightNext: a BackwardInput whose weight half runs next.
+  void execute(const Action& a, const std::vector<int>& nextBackwards, bool weightNext = false);
   void reapSends();
   torch::Tensor endStep();
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
@@ -155,8 +161,8 @@ class StageWorker {
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
   void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
-  void backwardInput(InFlight& st);
-  void backwardWeight(InFlight& st);
+  void backwardInput(int mb, InFlight& st, const std::vector<int>& nextBackwards, bool weightNext);
+  void backwardWeight(int mb, InFlight& st, const std::vector<int>& nextBackwards);
   std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> backwardRoots(InFlight& st) const;
 
   StageGraph stage_;

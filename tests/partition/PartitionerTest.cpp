@@ -72,12 +72,24 @@ Problem randomProblem(std::mt19937& rng) {
     p.validCut[c] = uni(0, 5) != 0;
   }
   // Schedules with their own in-flight counts per stage (as makeProblem sets
-  // them): ZB-H1, and interleaved 1F1B (4 stages on 2 ranks).
-  const int schedule = uni(0, 2);
-  if (schedule == 1) p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeZeroBubbleH1(p.stages, p.microBatches));
-  if (schedule == 2 && p.stages == 4) {
+  // them): interleaved 1F1B (4 stages on 2 ranks), and the split-backward
+  // ones, ZB-H1 and interleaved zero bubble (2 x 2), with what their
+  // BackwardWeight reads (Note [split backward holding], CostModel.h).
+  const int schedule = uni(0, 3);
+  if (schedule == 1 && p.stages == 4) {
     p.microBatches = 2 * uni(1, 4);
     p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeInterleaved1F1B(2, 2, p.microBatches));
+  }
+  if (schedule >= 2) {
+    if (schedule == 3 && p.stages == 4) p.microBatches = 2 * uni(1, 4);
+    const auto split = schedule == 3 && p.stages == 4 ? pipeline::makeInterleavedZeroBubble(2, 2, p.microBatches)
+                                                      : pipeline::makeZeroBubbleH1(p.stages, p.microBatches);
+    p.inFlightPerStage = pipeline::peakAwaitingBackward(split);
+    p.weightPendingPerStage = pipeline::peakWeightPending(split);
+    p.holdingMixes = pipeline::holdingMixes(split);
+    p.weightGradPrefix.assign(n + 1, 0);
+    for (int j = 0; j < n; ++j) p.weightGradPrefix[j + 1] = p.weightGradPrefix[j] + (uni(0, 1) ? uni(0, 30000) : 0);
+    for (auto& st : p.storages) st.weightReads = uni(0, 1) == 1;
   }
   // A tied weight read by the first and the last node (an embedding and the
   // output head), held by every stage that reads it.
@@ -157,7 +169,7 @@ double bruteForce(const Problem& p) {
 
 TEST(Partitioner, MatchesBruteForceOnRandomChains) {
   std::mt19937 rng(20261121);
-  int feasible = 0, infeasible = 0, freedSome = 0, swapped = 0, recomputed = 0, hidden = 0;
+  int feasible = 0, infeasible = 0, freedSome = 0, swapped = 0, recomputed = 0, hidden = 0, splitFreeing = 0;
   for (int trial = 0; trial < 400; ++trial) {
     auto p = randomProblem(rng);
     const double expected = bruteForce(p);
@@ -179,6 +191,7 @@ TEST(Partitioner, MatchesBruteForceOnRandomChains) {
       EXPECT_TRUE(again.back().fits);
       EXPECT_LE(s.peakBytes, s.boundBytes) << "the budget bound must cover the predicted peak";
       if (!s.freed.empty()) ++freedSome;
+      if (!s.freed.empty() && !p.holdingMixes.empty()) ++splitFreeing;
       for (auto [x, a] : s.freed) (a == Action::Swap ? swapped : recomputed)++;
       if (s.swapIO > 0 && s.swapStall < s.swapIO) ++hidden;
     }
@@ -192,8 +205,10 @@ TEST(Partitioner, MatchesBruteForceOnRandomChains) {
   EXPECT_GE(swapped, 20);
   EXPECT_GE(recomputed, 20);
   EXPECT_GE(hidden, 10) << "swap I/O hidden behind compute must be exercised";
+  EXPECT_GE(splitFreeing, 10) << "stages freeing memory under a split backward must be exercised";
   std::cout << feasible << " feasible, " << infeasible << " infeasible, " << freedSome << " stages freeing (" << swapped
-            << " swaps, " << recomputed << " recomputes, " << hidden << " stages with hidden swap I/O)" << std::endl;
+            << " swaps, " << recomputed << " recomputes, " << hidden << " stages with hidden swap I/O, " << splitFreeing
+            << " under a split backward)" << std::endl;
 }
 
 TEST(Partitioner, InfeasibleNamesTheSmallestBudgetThatFits) {

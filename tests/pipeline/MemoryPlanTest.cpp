@@ -1,10 +1,13 @@
 // The correctness contract for memory plans, on 2 real ranks (mpirun -np 2):
-// a GPT with dropout trained 10 steps on 2 stages, GPipe and 1F1B, with every
-// saved storage swapped, every recomputable one recomputed, and random mixes,
-// gives per-step losses and final parameters bitwise equal to keeping
+// a GPT with dropout trained 10 steps on 2 ranks under every schedule (GPipe,
+// 1F1B, ZB-H1 and interleaved zero bubble with their split backward,
+// interleaved 1F1B; the interleaved ones with 2 stages per rank), with every
+// saved storage swapped, every recomputable one recomputed, and random
+// mixes, gives per-step losses and final parameters bitwise equal to keeping
+// everything under the same schedule, and losses equal to 1 process keeping
 // everything. Bitwise because the arithmetic is the same: swap restores the
 // same bytes, recompute re-runs the same kernels on the same inputs with the
-// random generator as forward saw it.
+// random stream its forward drew from (Note [random streams]).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -12,9 +15,11 @@
 #include "core/Communicator.h"
 #include "core/Device.h"
 #include "core/GraphSplit.h"
+#include "partition/BaselineCuts.h"
 #include "partition/CostModel.h"
 #include "partition/Profile.h"
 #include "partition/Segments.h"
+#include "pipeline/RankWorker.h"
 #include "pipeline/StageWorker.h"
 #include "tests/TestUtil.h"
 
@@ -98,38 +103,65 @@ struct Run {
   memory::StageMemoryStats stats;
 };
 
+// `comm.size()` ranks under `schedule` (interleaved ones: 2 stages per rank,
+// cut by parameter bytes; else 2 stages cut inside block 0, after the
+// attention softmax and its dropout), each stage carrying out its `kind` plan.
 Run train(const Communicator& comm, const std::string& schedule, Kind kind, const c10::Device& device = c10::kCPU) {
   torch::manual_seed(kSeed);
   models::Gpt gpt(gptOptions());
   gpt->to(device);
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
-  // Cut inside block 0, after the attention softmax (and its dropout).
-  int cut = 0;
-  for (auto& n : graph.nodes()) {
-    if (n.op == "aten::softmax") {
-      cut = n.index + 2;
-      break;
+  const int p = comm.size(), chunks = pipeline::interleavesStages(schedule) ? 2 : 1, pieces = p * chunks;
+  std::vector<int> cuts;
+  if (pieces == 2) {
+    for (auto& n : graph.nodes()) {
+      if (n.op == "aten::softmax") {
+        cuts.push_back(n.index + 2);
+        break;
+      }
     }
+  } else if (pieces > 2) {
+    cuts = partition::parameterCuts(graph, pieces);
   }
   auto profile = partition::profileGraph(graph, graphInputs(graph, *gpt, {batchFor(0, device)[0].input}), {0, 1});
   auto storages = partition::savedStorages(graph, profile.facts);
-  auto stages = splitGraph(graph, {cut});
-  auto& stage = stages.at(comm.rank());
-  pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), comm,
-                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches), lossFn, ExecMode::Eager,
-                               {}, device);
-  int freed = 0;
-  worker.setMemoryPlan(planFor(kind, storages, stage, &freed), "");
-  EXPECT_TRUE(kind == Kind::Keep || freed > 0) << kindName(kind) << " frees nothing on stage " << comm.rank();
+  auto stages = splitGraph(graph, cuts);
+  auto plan = pipeline::makeSchedule(schedule, p, kMicroBatches, chunks);
+  auto links = pipeline::boundaryCommunicators(comm, plan);
+  std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
+  std::vector<pipeline::StageWorker*> raw;
+  for (int s = comm.rank(); s < pieces; s += p) {
+    auto& stage = stages.at(s);
+    mine.push_back(std::make_unique<pipeline::StageWorker>(stage, tensorsByName(*gpt, stage.paramInputs), comm, plan,
+                                                           lossFn, ExecMode::Eager, links, device));
+    int freed = 0;
+    mine.back()->setMemoryPlan(planFor(kind, storages, stage, &freed), "");
+    EXPECT_TRUE(kind == Kind::Keep || kind == Kind::RecomputeAll || freed > 0)
+        << schedule << ", " << kindName(kind) << " frees nothing on stage " << s;
+    raw.push_back(mine.back().get());
+  }
+  pipeline::RankWorker worker(std::move(mine));
   torch::optim::AdamW opt(worker.trainableParameters(), torch::optim::AdamWOptions(3e-3).weight_decay(0.1));
-  torch::manual_seed(kSeed + 100 + comm.rank());  // dropout's stream: the same in every run of this rank
+  torch::manual_seed(kSeed + 100 + comm.rank());  // the global generator: the same in every run of this rank
   Run run;
   for (int step = 0; step < kSteps; ++step) {
-    auto loss = worker.trainStep(batchFor(step, device), opt);
+    opt.zero_grad();
+    auto loss = worker.runMicroBatches(batchFor(step, device));
+    opt.step();
     if (worker.isLast()) run.losses.push_back(loss.item<double>());
   }
-  for (auto& p : worker.trainableParameters()) run.params.push_back(p.detach().clone());
-  if (worker.memory()) run.stats = worker.memory()->stats();
+  for (auto& param : worker.trainableParameters()) run.params.push_back(param.detach().clone());
+  for (auto* w : raw) {
+    if (!w->memory()) continue;
+    const auto st = w->memory()->stats();
+    run.stats.recomputes += st.recomputes;
+    run.stats.recomputedBytes += st.recomputedBytes;
+    run.stats.swap.bytesWritten += st.swap.bytesWritten;
+    run.stats.swap.bytesRead += st.swap.bytesRead;
+    run.stats.swap.reads += st.swap.reads;
+    run.stats.swap.demandReads += st.swap.demandReads;
+    run.stats.swap.evictions += st.swap.evictions;
+  }
   return run;
 }
 
@@ -143,11 +175,17 @@ void expectBitwiseEqual(const Run& got, const Run& want, const std::string& what
 TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
   auto world = Communicator::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
-  for (auto schedule : {"gpipe", "1f1b"}) {
+  const auto single = train(Communicator::self(), "1f1b", Kind::Keep);  // 1 process, 1 stage
+  ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_LT(single.losses.back(), single.losses.front()) << "the reference should learn";
+  for (auto schedule : {"gpipe", "1f1b", "zb-h1", "interleaved", "interleaved-zb"}) {
     const auto reference = train(world, schedule, Kind::Keep);
     if (world.rank() == 1) {
-      ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps));
-      EXPECT_LT(reference.losses.back(), reference.losses.front()) << "the reference should learn";
+      ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps)) << schedule;
+      for (int i = 0; i < kSteps; ++i) {
+        EXPECT_NEAR(reference.losses[i], single.losses[i], 1e-5 * std::abs(single.losses[i]))
+            << schedule << " keeping everything vs 1 process, step " << i;
+      }
     }
     for (auto kind : {Kind::SwapAll, Kind::RecomputeAll, Kind::Mixed1, Kind::Mixed2}) {
       const auto run = train(world, schedule, kind);
@@ -155,12 +193,19 @@ TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
       if (kind == Kind::SwapAll) {
         EXPECT_GT(run.stats.swap.bytesWritten, 0);
         EXPECT_GT(run.stats.swap.bytesRead, 0);
+        // Split backward: what W reads went back to the tier after Bi (Note
+        // [split backward memory]; not on stage 0, whose Bi reads nothing).
+        const std::string name = schedule;
+        if ((name == "zb-h1" || name == "interleaved-zb") && world.rank() == 1) {
+          EXPECT_GT(run.stats.swap.evictions, 0) << name;
+        }
       }
       if (kind == Kind::RecomputeAll) { EXPECT_GT(run.stats.recomputes, 0); }
       std::cout << "rank " << world.rank() << " " << schedule << ", " << kindName(kind) << ": swapped "
                 << run.stats.swap.bytesWritten << " bytes (" << run.stats.swap.reads << " reads, "
-                << run.stats.swap.demandReads << " not prefetched in time), recomputed " << run.stats.recomputedBytes
-                << " bytes in " << run.stats.recomputes << " re-runs: bitwise equal to keep-all" << std::endl;
+                << run.stats.swap.demandReads << " not prefetched in time, " << run.stats.swap.evictions
+                << " given back between Bi and W), recomputed " << run.stats.recomputedBytes << " bytes in "
+                << run.stats.recomputes << " re-runs: bitwise equal to keep-all" << std::endl;
     }
   }
 }
@@ -179,8 +224,8 @@ TEST(CudaMemoryPlanExactness, PinnedHostSwapAndRecomputeEqualKeepAllBitwise) {
     for (auto kind : {Kind::SwapAll, Kind::RecomputeAll, Kind::Mixed1}) {
       const auto run = train(world, schedule, kind, gpu);
       expectBitwiseEqual(run, reference, std::string("GPU, ") + schedule + ", " + kindName(kind));
-      if (kind == Kind::SwapAll) EXPECT_GT(run.stats.swap.bytesRead, 0);
-      if (kind == Kind::RecomputeAll) EXPECT_GT(run.stats.recomputes, 0);
+      if (kind == Kind::SwapAll) { EXPECT_GT(run.stats.swap.bytesRead, 0); }
+      if (kind == Kind::RecomputeAll) { EXPECT_GT(run.stats.recomputes, 0); }
     }
   }
 }
