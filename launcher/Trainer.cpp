@@ -43,8 +43,12 @@ namespace {
 
 
 // The memory plan a rank carries out (only ranks with one stage have one).
-const memory::StageMemory* memoryOf(const pipeline::RankWorker& worker) {
-  return worker.size() == 1 ? worker.stage(0).memory() : nullptr;
+// Does some stage of this rank carry out a memory plan?
+bool hasMemoryPlan(const pipeline::RankWorker& worker) {
+  for (size_t i = 0; i < worker.size(); ++i) {
+    if (worker.stage(i).memory()) return true;
+  }
+  return false;
 }
 
 // job.backend for this job's GPU tensors; collective over the world (every
@@ -313,6 +317,18 @@ void Trainer::buildStage() {
   const auto schedule = pipeline::makeSchedule(scheduleName, stages, c_.pipeline.microbatches, chunks_,
                                                costs ? &*costs : nullptr);
   boundaryComms_ = pipeline::boundaryCommunicators(pipelineComm_, schedule);
+  // Several stages per rank: one swap engine (one window, one I/O thread) for
+  // all of them, as the plan's rank peak counts it.
+  std::shared_ptr<memory::SwapEngine> rankEngine;
+  int swappingStages = 0;
+  int64_t window = 0;
+  for (auto& mp : memoryPlans_) {
+    if (!mp.swaps()) continue;
+    ++swappingStages;
+    window = std::max(window, mp.swapWindowBytes);
+  }
+  if (swappingStages > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device_, swapDir(c_)), window);
+  sharedSwapEngine_ = rankEngine != nullptr;
   std::vector<std::unique_ptr<pipeline::StageWorker>> workers;
   for (size_t i = 0; i < stages_.size(); ++i) {
     const auto& stage = stages_[i];
@@ -321,11 +337,8 @@ void Trainer::buildStage() {
                                                               boundaryComms_, device_));
     const auto& memoryPlan = memoryPlans_[i];
     if (memoryPlan.freesAnything()) {
-      SLUICE_CHECK(stages_.size() == 1, PlanError,
-                   "stage " << stage.index << ": interleaved stages run with every saved tensor kept, but the plan "
-                            << "swaps or recomputes some: raise memory.budget_mb or use pipeline.schedule 1f1b");
       auto& worker = *workers.back();
-      worker.setMemoryPlan(memoryPlan, swapDir(c_));
+      worker.setMemoryPlan(memoryPlan, swapDir(c_), rankEngine);
       const auto* mem = worker.memory();
       int swaps = 0, recomputes = 0;
       for (auto& d : memoryPlan.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
@@ -340,7 +353,7 @@ void Trainer::buildStage() {
                                              chunks_, boundaryComms_);
   }
   auto params = worker_->trainableParameters();
-  if (c_.logging.measureMemory && !memoryOf(*worker_)) {
+  if (c_.logging.measureMemory && !hasMemoryPlan(*worker_)) {
     savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
     for (auto& t : setup_.tensorsByName(paramNames_)) savedBytes_->exclude(t);
     worker_->measureSavedBytes(savedBytes_.get());
@@ -873,7 +886,8 @@ void Trainer::report() {
       ps.refill += one.refill;
       ps.inFlight = std::max(ps.inFlight, one.inFlight);
       ps.keptBytes += one.keptBytes;
-      predicted += one.peakBytes;
+      // Several stages per rank: the plan's rank peak (their holdings peak at different moments).
+      predicted = one.rankPeakBytes > 0 ? one.rankPeakBytes : predicted + one.peakBytes;
       savedPeak += one.inFlight * one.keptBytes;
       predictedCompute += one.forward + one.backward + one.loss + one.recompute + one.swap + one.refill;
     }
@@ -899,13 +913,17 @@ void Trainer::report() {
                 stageIndex_, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
                 static_cast<long long>(otherBytes_), static_cast<long long>(resident));
   log::info(buf);
-  if (const auto* mem = memoryOf(*worker_)) {
+  for (size_t i = 0; i < worker_->size(); ++i) {
+    const auto* mem = worker_->stage(i).memory();
+    if (!mem) continue;
     const auto s = mem->stats();
     std::snprintf(buf, sizeof(buf),
-                  "stage %d memory plan: swapped %s (%lld writes, %lld reads, %lld not prefetched in time), swap stall "
-                  "%.3f s; recomputed %s in %lld re-runs, %.3f s",
-                  stageIndex_, formatBytes(s.swappedBytes).c_str(), static_cast<long long>(s.swap.writes),
-                  static_cast<long long>(s.swap.reads), static_cast<long long>(s.swap.demandReads),
+                  "stage %d memory plan: swapped %s (%s%lld writes, %lld reads, %lld not prefetched in time, %lld "
+                  "given back between Bi and W), swap stall %.3f s; recomputed %s in %lld re-runs, %.3f s",
+                  worker_->stage(i).stage().index, formatBytes(s.swappedBytes).c_str(),
+                  sharedSwapEngine_ ? "the rank's swap engine: " : "",
+                  static_cast<long long>(s.swap.writes), static_cast<long long>(s.swap.reads),
+                  static_cast<long long>(s.swap.demandReads), static_cast<long long>(s.swap.evictions),
                   s.swap.stallSeconds, formatBytes(s.recomputedBytes).c_str(), static_cast<long long>(s.recomputes),
                   s.recomputeSeconds);
     log::info(buf);

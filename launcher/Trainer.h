@@ -122,6 +122,7 @@ class Trainer {
   std::vector<memory::MemoryPlan> memoryPlans_;
   std::vector<std::string> paramNames_;
   std::vector<Communicator> boundaryComms_;  // interleaved: one per boundary (StageWorker.h)
+  bool sharedSwapEngine_ = false;  // this rank's stages swap through one engine (several stages per rank)
   std::string outDir_;
   std::unique_ptr<pipeline::RankWorker> worker_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -145,7 +145,8 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
   }
   if (c.plan.swaps()) {
     const std::string dir = options.swapDir.empty() ? defaultSwapDir() : options.swapDir;
-    c.engine = SwapEngine::start(makeSwapTier(options.device, dir), c.plan.swapWindowBytes);
+    c.engine = options.engine ? options.engine
+                              : SwapEngine::start(makeSwapTier(options.device, dir), c.plan.swapWindowBytes);
   }
 }
 
@@ -161,10 +162,7 @@ std::string StageMemory::swapDescription() const { return context_->engine ? con
 
 StageMemoryStats StageMemory::stats() const {
   auto s = context_->stats;
-  if (context_->engine) {
-    s.swap = context_->engine->stats();
-    s.swappedBytes = s.swap.bytesWritten;
-  }
+  if (context_->engine) s.swap = context_->engine->stats();
   return s;
 }
 
@@ -350,6 +348,7 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
     (*f.registry)[r->key] = r;
     if (r->action == TensorAction::Swap) {
       r->slot = c.engine->swapOut(t.storage(), f.microBatch);
+      c.stats.swappedBytes += r->bytes;
       swapOrder_[f.microBatch].push_back(r->slot);
     } else {
       f.recomputeRecords.push_back(r);

@@ -73,7 +73,7 @@
 namespace sluice::memory {
 
 struct StageMemoryStats {
-  int64_t swappedBytes = 0;      // written to the tier
+  int64_t swappedBytes = 0;      // of this stage's storages, sent to the swap tier
   int64_t recomputedBytes = 0;   // storages rebuilt by recompute
   int64_t recomputes = 0;        // segment re-runs
   double recomputeSeconds = 0;
@@ -86,6 +86,10 @@ struct StageMemoryOptions {
   c10::Device device = c10::Device(c10::kCPU);  // the stage's device: picks the swap tier (makeSwapTier)
   bool recordFacts = false;  // fill facts() (every micro-batch; the profiler runs one)
   std::string stageName = "stage";
+  // The swap engine of the rank's stages together (several stages per rank:
+  // one window for the rank, as the plan predicts); null: one of its own
+  // (swapDir, device, the plan's window). stats().swap is then the rank's.
+  std::shared_ptr<SwapEngine> engine;
 };
 
 namespace detail {

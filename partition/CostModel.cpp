@@ -61,6 +61,11 @@ int inFlight(const Problem& p, int stage) {
   return p.gpipe ? p.microBatches : std::min(p.stages - stage, p.microBatches);
 }
 
+int holdingFactor(const Problem& p, int stage, int first) {
+  const int pending = first == 0 && !p.weightPendingPerStage.empty() ? p.weightPendingPerStage.at(stage) : 0;
+  return inFlight(p, stage) + pending;
+}
+
 int64_t Problem::weightGradPerMicroBatch(int first, int end) const {
   if (weightPendingPerStage.empty()) return 0;
   // The first stage's inputs (the data) need no gradient: its BackwardInput
@@ -77,8 +82,12 @@ int64_t Problem::weightGradBytes(int stage, int first, int end) const {
 
 int64_t Problem::weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const {
   if (weightPendingPerStage.empty()) return 0;
-  const int64_t held = first == 0 ? saved : cutBytes.at(first) + weightSaved;
-  return weightPendingPerStage.at(stage) * (held + weightGradPerMicroBatch(first, end));
+  // (The first stage's held bytes count in holdingFactor.)
+  const int64_t held = first == 0 ? 0 : cutBytes.at(first) + weightSaved;
+  const int64_t captured = weightGradPerMicroBatch(first, end);
+  // (A finishing Bi's captured gradients, and what W reads, read back by it,
+  // come on top of the max counts once.)
+  return weightPendingPerStage.at(stage) * (held + captured) + captured + (first == 0 ? 0 : weightSaved);
 }
 
 int64_t Problem::stepBytes(int64_t paramBytes, int64_t largestParamBytes) const {
@@ -290,22 +299,27 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.windowBytes = s.swappedBytes > 0 ? p.window() : 0;
   s.heldBytes = s.boundaryBytes + s.keptBytes + (last ? p.lossSavedBytes : 0);
   const int64_t afterBackward = s.staticBytes + p.stepBytes(s.paramBytes, largestParams);
-  int64_t holdingBound = s.inFlight * s.heldBytes;
+  const int factor = holdingFactor(p, stage, first);
+  int64_t holdingBound = factor * s.heldBytes;
   if (p.holdingMixes.empty()) {
     s.holdingBytes = holdingBound + p.weightGradBytes(stage, first, end);
     holdingBound = s.holdingBytes;
   } else {
     // Note [split backward holding] (Problem): swapped storages are back on
     // the tier between Bi and W; the first stage's W runs its whole backward.
-    int64_t weightHeld = s.boundaryBytes;
+    // A Bi reads back what W reads too (its frontier nodes unpack every saved
+    // tensor): at its end the micro-batch also holds the freed ones W reads.
+    int64_t weightHeld = s.boundaryBytes, weightFreed = 0;
     for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-      if (storageInStage(p, x, first, end) && p.storages[x].weightReads && isFreed[x] != 1) {
-        weightHeld += p.storages[x].bytes;
-      }
+      if (!storageInStage(p, x, first, end) || !p.storages[x].weightReads) continue;
+      if (isFreed[x] != 1) weightHeld += p.storages[x].bytes;
+      if (isFreed[x] != 0) weightFreed += p.storages[x].bytes;
     }
     s.heldWeightBytes = (first == 0 ? s.heldBytes : weightHeld) + p.weightGradPerMicroBatch(first, end);
-    for (auto [a, b] : p.holdingMixes.at(stage)) {
-      s.holdingBytes = std::max(s.holdingBytes, a * s.heldBytes + b * s.heldWeightBytes);
+    s.capturedBytes = p.weightGradPerMicroBatch(first, end) + (first == 0 ? 0 : weightFreed);
+    for (auto& m : p.holdingMixes.at(stage)) {
+      s.holdingBytes = std::max(s.holdingBytes, m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes +
+                                                    (m.capturing ? s.capturedBytes : 0));
     }
     holdingBound += p.weightHeldBound(stage, first, end, s.savedBytes + (last ? p.lossSavedBytes : 0), weightSaved);
   }
@@ -318,12 +332,12 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   if (p.budgetBytes <= 0) {
     s.fits = true;
   } else {
-    const int64_t keepAll = s.boundBytes + s.inFlight * (s.swappedBytes + s.recomputedBytes);
+    const int64_t keepAll = s.boundBytes + factor * (s.swappedBytes + s.recomputedBytes);
     const int64_t excess = keepAll - p.budgetBytes;
     if (excess <= 0) {
       s.fits = true;
     } else {
-      const int64_t perMicroBatch = (excess + s.inFlight - 1) / s.inFlight;
+      const int64_t perMicroBatch = (excess + factor - 1) / factor;
       s.fits = freedUnits >= (perMicroBatch + unit - 1) / unit;
     }
   }

@@ -75,6 +75,8 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/Schedule.h"
+
 namespace sluice::partition {
 
 enum class Action { Keep = 0, Swap = 1, Recompute = 2 };
@@ -139,7 +141,7 @@ struct Problem {
   // Under a split backward (zb-h1, interleaved-zb), Note [split backward
   // holding]: each stage's peak micro-batches between BackwardInput and
   // BackwardWeight (pipeline::peakWeightPending), the (between F and Bi,
-  // between Bi and W) counts a stage reaches at once
+  // between Bi and W, a Bi finishing) counts a stage reaches at once
   // (pipeline::holdingMixes), and prefix sums (size n + 1) over nodes of the
   // output-gradient bytes a deferred weight gradient re-enters a node with
   // (nodes whose backward feeds both activations and weights). A micro-batch
@@ -147,18 +149,23 @@ struct Problem {
   // storages that W reads (SavedStorage::weightReads; a swapped one is back
   // on the tier) and those gradients; on the first stage (whose
   // BackwardInput computes nothing: its W runs the whole backward) all it
-  // held before Bi, and its output gradients (cutBytes at its end).
+  // held before Bi, and its output gradients (cutBytes at its end). A Bi
+  // finishing holds its micro-batch's saved tensors, the gradients it
+  // captured and the freed storages W reads (its nodes read them back).
   std::vector<int> weightPendingPerStage;
-  std::vector<std::vector<std::pair<int, int>>> holdingMixes;
+  std::vector<std::vector<pipeline::HoldingMix>> holdingMixes;
   std::vector<int64_t> weightGradPrefix;
   int64_t weightGradPerMicroBatch(int first, int end) const;
   int64_t weightGradBytes(int stage, int first, int end) const;  // weightPending x weightGradPerMicroBatch
-  // The budget bound's share of the micro-batches between Bi and W: every
-  // storage W may read counted whatever its action (so that freeing a
-  // storage lowers the bound by inFlight x its bytes: a knapsack still).
-  // saved / weightSaved: the stage's saved bytes, and those with weightReads.
+  // The budget bound's share of the micro-batches between Bi and W (beyond
+  // holdingFactor's): every storage W may read counted whatever its action
+  // (so that freeing a storage lowers the bound by holdingFactor x its
+  // bytes: a knapsack still), their captured gradients, and a finishing
+  // Bi's gradients and storages W reads once. weightSaved: the stage's saved
+  // bytes with weightReads.
   int64_t weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
+  int budgetShares = 1;            // stages per rank sharing the rank's budget equally (messages name the rank's)
   double staticPerParamByte = 4;   // see above
   // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
   // (Note [step buffers], optim/DistAdam.cpp) holds, after backward, the
@@ -179,6 +186,12 @@ struct Problem {
 };
 
 int inFlight(const Problem& problem, int stage);
+// How many micro-batches' held bytes (boundary + kept + loss) a stage's
+// budget bound counts: inFlight, and under a split backward on the first
+// stage (whose W runs its whole backward, so a micro-batch between Bi and W
+// holds all it held before) its weight-pending ones too. Freeing a byte
+// lowers the bound by this many bytes.
+int holdingFactor(const Problem& problem, int stage, int first);
 int64_t memoryUnit(const Problem& problem);
 double commSeconds(const Problem& problem, int cut);  // both directions at one cut; 0 at 0 and n
 bool storageInStage(const Problem& problem, int storage, int first, int end);
@@ -208,6 +221,7 @@ struct StageCost {
   int64_t heldBytes = 0;  // per micro-batch in flight: boundary + kept + loss saved
   int64_t heldWeightBytes = 0;  // per micro-batch between Bi and W (split backward): what W reads + gradients
   int64_t holdingBytes = 0;     // the micro-batches' share of the peak (inFlight x held, or the mixes')
+  int64_t capturedBytes = 0;    // at a Bi's end (split backward): its captured gradients and the freed storages W reads
   int64_t peakBytes = 0;  // static + inFlight * held + transient + window: the predicted peak
   int64_t boundBytes = 0; // the same with transientBound: what must fit the budget
   std::vector<std::pair<int, Action>> freed;  // storage indices not kept

@@ -124,13 +124,13 @@ struct StageSums {
     const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) +
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
-    return staticBytes(p) + inFlight(p, k) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
+    return staticBytes(p) + holdingFactor(p, k, first) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
            p.weightHeldBound(k, first, end, savedBytes + (last ? p.lossSavedBytes : 0), weightSaved) +
            (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
            p.budgetBytes;
   }
   int64_t need(const Problem& p, int k, int end, Variant v) const {
-    return unitsFor(excess(p, k, end, v, saved), inFlight(p, k), memoryUnit(p));
+    return unitsFor(excess(p, k, end, v, saved), holdingFactor(p, k, first), memoryUnit(p));
   }
   // A lower bound of every variant's excess that never decreases as the stage grows.
   int64_t monotoneExcess(const Problem& p, int f) const {
@@ -168,11 +168,14 @@ struct Context {
   const Problem& p;
   std::vector<std::vector<int>> entrants;
   std::vector<int> readers, chains;
-  std::set<int> flights;  // distinct in-flight counts of the stages
+  std::set<int> flights;  // distinct holding factors of the stages (holdingFactor, at the first node or later)
   explicit Context(const Problem& problem)
       : p(problem), entrants(storagesByFirstSaver(problem)), readers(lastReaders(problem)),
         chains(spanEndsBound(problem)) {
-    for (int k = 0; k < p.stages; ++k) flights.insert(inFlight(p, k));
+    for (int k = 0; k < p.stages; ++k) {
+      flights.insert(holdingFactor(p, k, 0));
+      flights.insert(holdingFactor(p, k, 1));
+    }
   }
   StageSums sums(int first) const { return StageSums(first, readers, chains); }
   // Adds node j and its entrants; the freeable ones go to `added`.
@@ -335,7 +338,7 @@ bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut,
       for (auto& it : added) knap.add(it);
       for (size_t a = 0; a < active.size();) {
         const int k = active[a].first;
-        if (ctx.neverFits(sums, inFlight(p, k))) {
+        if (ctx.neverFits(sums, holdingFactor(p, k, sums.first))) {
           active.erase(active.begin() + static_cast<long>(a));
           continue;
         }
@@ -510,11 +513,12 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
         need = n < 0 ? -1 : std::max(need, n);
       }
       std::ostringstream os;
+      const int shares = std::max(1, p.budgetShares);  // stages per rank: name the rank's budget
       os << "partition: stage " << k << " (nodes [" << first << ", " << end << ")) does not fit the budget of "
-         << formatBytesExact(p.budgetBytes);
+         << formatBytesExact(p.budgetBytes) << (shares > 1 ? " (its share of the rank's)" : "");
       if (need > 0) {
-        const double mib = std::ceil(static_cast<double>(need) * 100.0 / (1 << 20)) / 100.0;
-        os << "; with these cuts the stages need at least " << formatBytesExact(need)
+        const double mib = std::ceil(static_cast<double>(need) * shares * 100.0 / (1 << 20)) / 100.0;
+        os << "; with these cuts the stages need at least " << formatBytesExact(need * shares)
            << ": set memory.budget_mb to at least " << mib << " (or pass --budget-mb), or use other cuts or more stages";
       } else {
         os << " with any keep/swap/recompute choice: use other cuts or more stages";
@@ -581,13 +585,17 @@ Partition partitionOptimal(const Problem& p) {
   if (!optimalCuts(p, &cuts, &best)) {
     const int64_t need = minimalBudget(p);
     std::ostringstream os;
-    os << "partition: no split into " << p.stages << " stages fits the budget of " << formatBytesExact(p.budgetBytes)
-       << " per stage";
+    // With several stages per rank the budget is the rank's, shared equally: name it, not the share.
+    const int shares = std::max(1, p.budgetShares);
+    os << "partition: no split into " << p.stages << " stages fits the budget of "
+       << formatBytesExact(p.budgetBytes * shares) << " per rank"
+       << (shares > 1 ? " (" + formatBytesExact(p.budgetBytes) + " for each of its " + std::to_string(shares) + " stages)"
+                      : std::string());
     if (need > 0) {
       // In MiB, rounded up to 1/100 so that the number given fits.
-      const double mib = std::ceil(static_cast<double>(need) * 100.0 / (1 << 20)) / 100.0;
-      os << "; the smallest budget that fits is " << formatBytesExact(need) << ": set memory.budget_mb to at least "
-         << mib << " (or pass --budget-mb)";
+      const double mib = std::ceil(static_cast<double>(need) * shares * 100.0 / (1 << 20)) / 100.0;
+      os << "; the smallest budget that fits is " << formatBytesExact(need * shares)
+         << ": set memory.budget_mb to at least " << mib << " (or pass --budget-mb)";
     }
     throw PlanError(os.str());
   }

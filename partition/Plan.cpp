@@ -114,6 +114,7 @@ std::string Plan::toBytes() const {
     q->set_schedule_backward_weight_s(s.scheduleBackwardWeight);
     q->set_refill_s(s.refill);
     q->set_refill_share(s.refillShare);
+    q->set_rank_peak_bytes(s.rankPeakBytes);
   }
   for (auto& d : decisions) {
     auto* q = p.add_decisions();
@@ -195,6 +196,7 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
     s.scheduleBackwardWeight = q.schedule_backward_weight_s();
     s.refill = q.refill_s();
     s.refillShare = q.refill_share();
+    s.rankPeakBytes = q.rank_peak_bytes();
     out.stages.push_back(std::move(s));
   }
   for (auto& q : p.decisions()) {
@@ -302,7 +304,7 @@ std::string Plan::table() const {
     std::snprintf(buf, sizeof(buf), "  stage %d memory: %s static + %d x %s held (%s boundary, %s kept) + %s transient%s%s\n",
                   s.index, mib(s.staticBytes).c_str(), s.inFlight, mib(s.heldBytes).c_str(), mib(s.boundaryBytes).c_str(),
                   mib(s.keptBytes).c_str(), mib(s.transientBytes).c_str(),
-                  pendingW > 0 ? (" + " + mib(pendingW) + " gradients awaiting W").c_str() : "",
+                  pendingW > 0 ? (" + " + mib(pendingW) + " held between Bi and W (what W reads, its gradients)").c_str() : "",
                   s.windowBytes > 0 ? (" + " + mib(s.windowBytes) + " swap window").c_str() : "");
     os << buf;
   }
@@ -392,15 +394,32 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
     }
     // Nodes whose backward feeds activations and weights (a strict, non-zero
     // weight share): the deferred W re-enters them with their output's gradient.
+    // A captured gradient that is one tensor counts once: an in-place op's
+    // result is its first input's storage, and the gradient an in-place add
+    // passes back is the very tensor it received (a linear layer's matmul
+    // and bias add_); a node whose outputs need no gradient captures none.
+    std::unordered_map<std::string, int> producerOf;
+    for (auto& node : graph.nodes()) {
+      for (auto& v : node.outputs) producerOf[v.name] = node.index;
+    }
+    std::vector<char> mixed(n, 0);
     p.weightGradPrefix.assign(n + 1, 0);
     for (int j = 0; j < n; ++j) {
       const auto& node = profile.nodes[j];
-      const bool mixed = node.weightBackwardSeconds > 0 && node.weightBackwardSeconds < node.backwardSeconds;
-      p.weightGradPrefix[j + 1] = p.weightGradPrefix[j] + (mixed ? node.outputBytes : 0);
+      const auto& op = graph.nodes()[j];
+      mixed[j] = node.weightBackwardSeconds > 0 && node.weightBackwardSeconds < node.backwardSeconds &&
+                 std::any_of(op.outputs.begin(), op.outputs.end(), [](const ValueInfo& v) { return v.requiresGrad; });
+      bool alias = false;
+      if (mixed[j] && !op.op.empty() && op.op.back() == '_' && !op.inputs.empty()) {
+        auto from = producerOf.find(op.inputs.front());
+        alias = from != producerOf.end() && mixed[from->second];
+      }
+      p.weightGradPrefix[j + 1] = p.weightGradPrefix[j] + (mixed[j] && !alias ? node.outputBytes : 0);
     }
   }
   // A rank holds its chunks' stages at once: each gets an equal share of the budget.
   p.budgetBytes = st.budgetBytes / st.chunks;
+  p.budgetShares = st.chunks;
   // Weights + gradients + Adam's two moments (sharded over data parallel by DistAdam).
   p.staticPerParamByte = 2.0 + (st.distAdam ? 2.0 / std::max(1, st.dataParallel) : 2.0);
   if (st.distAdam && st.dataParallel > 1) {
@@ -539,6 +558,43 @@ double simulatedStepTime(const PlanSettings& st, const Profile& profile, const P
   return predict(st, profile, part, p).stepTime;
 }
 
+// Several stages per rank: each rank's predicted peak, its stages together
+// (PlanStage::rankPeakBytes). Their micro-batches' holdings peak at
+// different moments of the rank's order, so the rank's holding is the most
+// at one moment (pipeline::rankHoldingMoments), not the sum of the stages'.
+// The stages' budget bounds (each within its share) still hold the rank's
+// peak within memory.budget_mb; this is the prediction.
+void setRankPeaks(Plan& plan, const Partition& part, const Problem& problem, const PlanSettings& st,
+                  const std::optional<pipeline::ScheduleCosts>& costs) {
+  const auto schedule =
+      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+  for (int rank = 0; rank < schedule.rankCount(); ++rank) {
+    // A rank runs one stage's action at a time: the largest transient, and
+    // the largest swap window (one stage's engine fills its window while it
+    // swaps out or reads ahead; measured: counting every stage's window
+    // predicted 11% over on the quickstart, interleaved, 2 x 2 stages).
+    int64_t fixed = 0, transient = 0, window = 0, holding = 0;
+    for (auto& s : part.stages) {
+      if (schedule.rankOf(s.stage) != rank) continue;
+      fixed += s.staticBytes;
+      transient = std::max(transient, s.transientBytes);
+      window = std::max(window, s.windowBytes);
+    }
+    fixed += window;
+    for (auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
+      int64_t now = 0;
+      for (auto& s : part.stages) {
+        const auto& m = moment.at(s.stage);
+        now += m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes + (m.capturing ? s.capturedBytes : 0);
+      }
+      holding = std::max(holding, now);
+    }
+    for (auto& ps : plan.stages) {
+      if (schedule.rankOf(ps.index) == rank) ps.rankPeakBytes = fixed + holding + transient;
+    }
+  }
+}
+
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
             const Partition& part) {
   auto split = splitGraph(graph, part.cuts);
@@ -620,6 +676,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     busy += st.microBatches * ((problem.inFlightPerStage.empty() ? s.time : s.time - s.comm) + ps.refill);
     plan.stages.push_back(std::move(ps));
   }
+  if (problem.inFlightPerStage.size() > 0 && st.chunks > 1) setRankPeaks(plan, part, problem, st, costs);
   // Idle share of the step, averaged over ranks.
   plan.bubbleFraction = plan.stepTime > 0 ? 1.0 - busy / (st.stages * plan.stepTime) : 0.0;
   return plan;

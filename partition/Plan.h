@@ -73,6 +73,7 @@ struct PlanStage {
   // it comes from: an action's extra time after a wait of
   // Plan::refillWaitSeconds or more, over its time.
   double refill = 0, refillShare = 0;
+  int64_t rankPeakBytes = 0;  // several stages per rank: the hosting rank's predicted peak (proto)
 };
 
 // A saved storage that is not kept: (producer node, slot), see memory/MemoryPlan.h.

@@ -432,25 +432,50 @@ std::vector<int> peakAwaitingBackward(const Schedule& s) {
   return peakOpen(s, ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardInput);
 }
 
-std::vector<std::vector<std::pair<int, int>>> holdingMixes(const Schedule& s) {
-  std::vector<std::vector<std::pair<int, int>>> out(s.stages);
+namespace {
+
+// Walks actions (of one stage, or of a rank's stages), calling moment(state)
+// after each action and at the end of each BackwardInput.
+template <typename Moment>
+void walkHolding(const std::vector<Action>& actions, int stages, Moment moment) {
+  std::vector<HoldingMix> state(stages);
+  for (auto& a : actions) {
+    auto& h = state[a.stage];
+    if (a.kind == ActionKind::BackwardInput) {
+      h.capturing = true;
+      moment(state);
+      h.capturing = false;
+      --h.beforeInput, ++h.beforeWeight;
+    }
+    if (a.kind == ActionKind::Forward) ++h.beforeInput;
+    if (a.kind == ActionKind::Backward) --h.beforeInput;
+    if (a.kind == ActionKind::BackwardWeight) --h.beforeWeight;
+    moment(state);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& s) {
+  std::vector<std::vector<HoldingMix>> out(s.stages);
+  auto covers = [](const HoldingMix& x, const HoldingMix& y) {
+    return x.beforeInput >= y.beforeInput && x.beforeWeight >= y.beforeWeight && (x.capturing || !y.capturing);
+  };
   for (int st = 0; st < s.stages; ++st) {
-    int beforeInput = 0, beforeWeight = 0;
     auto& mixes = out[st];
-    for (auto& a : s.stageActions(st)) {
-      if (a.kind == ActionKind::Forward) ++beforeInput;
-      if (a.kind == ActionKind::Backward) --beforeInput;
-      if (a.kind == ActionKind::BackwardInput) --beforeInput, ++beforeWeight;
-      if (a.kind == ActionKind::BackwardWeight) --beforeWeight;
-      const std::pair<int, int> now{beforeInput, beforeWeight};
-      auto covers = [](const std::pair<int, int>& x, const std::pair<int, int>& y) {
-        return x.first >= y.first && x.second >= y.second;
-      };
-      if (std::any_of(mixes.begin(), mixes.end(), [&](auto& m) { return covers(m, now); })) continue;
+    walkHolding(s.stageActions(st), s.stages, [&](const std::vector<HoldingMix>& state) {
+      const HoldingMix now = state[st];
+      if (std::any_of(mixes.begin(), mixes.end(), [&](auto& m) { return covers(m, now); })) return;
       mixes.erase(std::remove_if(mixes.begin(), mixes.end(), [&](auto& m) { return covers(now, m); }), mixes.end());
       mixes.push_back(now);
-    }
+    });
   }
+  return out;
+}
+
+std::vector<std::vector<HoldingMix>> rankHoldingMoments(const Schedule& s, int rank) {
+  std::vector<std::vector<HoldingMix>> out;
+  walkHolding(s.actions.at(rank), s.stages, [&](const std::vector<HoldingMix>& state) { out.push_back(state); });
   return out;
 }
 

@@ -160,10 +160,19 @@ std::vector<int> peakInFlight(const Schedule& schedule);
 // Micro-batches whose forward finished but whose Backward or BackwardInput
 // did not, at most, per stage (== peakInFlight for a whole backward).
 std::vector<int> peakAwaitingBackward(const Schedule& schedule);
-// Per stage, the (between F and B/Bi, between Bi and W) micro-batch counts
-// it holds at once after each of its actions, keeping only pairs no other
-// pair covers in both (what a memory peak can be made of).
-std::vector<std::vector<std::pair<int, int>>> holdingMixes(const Schedule& schedule);
+// What a stage holds at one moment: micro-batches between F and B/Bi, between
+// Bi and W, and whether a BackwardInput is finishing (it holds its
+// micro-batch's saved tensors and the gradients it captured for W at once).
+struct HoldingMix {
+  int beforeInput = 0, beforeWeight = 0;
+  bool capturing = false;
+};
+// Per stage, its HoldingMix after each of its actions and at the end of each
+// BackwardInput, keeping only those no other covers in every count.
+std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& schedule);
+// The same moments for one rank's stages together, in its action order: per
+// moment, one HoldingMix per stage of the schedule (zero for other ranks').
+std::vector<std::vector<HoldingMix>> rankHoldingMoments(const Schedule& schedule, int rank);
 // Micro-batches between their BackwardInput and BackwardWeight, at most, per
 // stage (they also hold the output gradients W re-enters with). 0 when whole.
 std::vector<int> peakWeightPending(const Schedule& schedule);

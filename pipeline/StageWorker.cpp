@@ -78,7 +78,8 @@ StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Co
 
 StageWorker::~StageWorker() = default;
 
-void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir) {
+void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir,
+                                std::shared_ptr<memory::SwapEngine> engine) {
   SLUICE_CHECK(module_.mode() == ExecMode::Eager, GraphError,
                "stage " << stage_.index << ": a memory plan (swap, recompute) needs pipeline.execution: eager");
   memory::StageMemoryOptions options;
@@ -86,6 +87,7 @@ void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swap
   options.swapDir = swapDir;
   options.device = device_;
   options.stageName = "stage " + std::to_string(stage_.index);
+  options.engine = std::move(engine);
   memory_ = std::make_unique<memory::StageMemory>(module_.program(), stage_.nodeIndex, params_, std::move(options));
   if (!memory_->active()) memory_.reset();
   if (memory_) memory_->setTrace(trace_);

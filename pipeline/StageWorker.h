@@ -103,7 +103,9 @@ class StageWorker {
 
   // Carry out this memory plan from the next step on (eager execution only;
   // GraphError otherwise). MemoryError when its swap directory is unusable.
-  void setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir);
+  // engine: the rank's shared swap engine (several stages per rank), or null.
+  void setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir,
+                     std::shared_ptr<memory::SwapEngine> engine = nullptr);
   // nullptr without a memory plan.
   const memory::StageMemory* memory() const { return memory_.get(); }
   // Called before every forward with its micro-batch (fault injection in tests).

@@ -130,12 +130,15 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
   auto links = pipeline::boundaryCommunicators(comm, plan);
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
   std::vector<pipeline::StageWorker*> raw;
+  // Several stages per rank swap through one engine, as training runs them (launcher/Trainer.cpp).
+  std::shared_ptr<memory::SwapEngine> rankEngine;
+  if (chunks > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device, memory::defaultSwapDir()), 1 << 14);
   for (int s = comm.rank(); s < pieces; s += p) {
     auto& stage = stages.at(s);
     mine.push_back(std::make_unique<pipeline::StageWorker>(stage, tensorsByName(*gpt, stage.paramInputs), comm, plan,
                                                            lossFn, ExecMode::Eager, links, device));
     int freed = 0;
-    mine.back()->setMemoryPlan(planFor(kind, storages, stage, &freed), "");
+    mine.back()->setMemoryPlan(planFor(kind, storages, stage, &freed), "", rankEngine);
     EXPECT_TRUE(kind == Kind::Keep || kind == Kind::RecomputeAll || freed > 0)
         << schedule << ", " << kindName(kind) << " frees nothing on stage " << s;
     raw.push_back(mine.back().get());
@@ -156,12 +159,14 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
     const auto st = w->memory()->stats();
     run.stats.recomputes += st.recomputes;
     run.stats.recomputedBytes += st.recomputedBytes;
+    if (rankEngine) continue;  // the rank's engine: counted once below
     run.stats.swap.bytesWritten += st.swap.bytesWritten;
     run.stats.swap.bytesRead += st.swap.bytesRead;
     run.stats.swap.reads += st.swap.reads;
     run.stats.swap.demandReads += st.swap.demandReads;
     run.stats.swap.evictions += st.swap.evictions;
   }
+  if (rankEngine) run.stats.swap = rankEngine->stats();
   return run;
 }
 

@@ -1,0 +1,59 @@
+# Helpers of the memory-plan CLI tests (sourced after lib.sh, with CFG,
+# drop (the --set flags for dropout) and run (training flags) set): the
+# smallest budget the partitioner can meet, plans and training runs in $TMP,
+# predicted vs measured peaks, losses vs keeping everything.
+# smallest_budget [args...]: the smallest budget the partitioner can meet (it
+# says so when asked for less), in whole MiB rounded up, plus 1.
+smallest_budget() {
+  { "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
+    grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ b = int($7); if (b < $7) b++; print b + 1 }'
+}
+plan() {  # plan NAME [args...]
+  local name=$1
+  shift
+  "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" "$@" >"$TMP/$name.plan.log" 2>&1 ||
+    { cat "$TMP/$name.plan.log"; fail "partition $name"; }
+}
+# plan_from NAME BUDGET_MIB [args...]: a plan at the first budget from
+# BUDGET_MIB up (1 MiB steps, 4 tries) the partitioner meets (memory units
+# are budget / 1024 and each storage frees whole units, so a budget just
+# above the smallest can miss by rounding); prints that budget.
+plan_from() {
+  local name=$1 budget=$2 try
+  shift 2
+  for try in 0 1 2 3; do
+    if "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" --budget-mb $((budget + try)) \
+      "$@" >"$TMP/$name.plan.log" 2>&1; then
+      echo $((budget + try))
+      return 0
+    fi
+  done
+  cat "$TMP/$name.plan.log" >&2
+  fail "partition $name: no plan from $budget MiB to $((budget + 3)) MiB"
+}
+train() {  # train NAME PLAN [args...]
+  local name=$1 planFile=$2
+  shift 2
+  "$SLUICE" train "$CFG" "${run[@]}" --set pipeline.plan="$planFile" --set job.output_dir="$TMP/$name" "$@" \
+    >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
+}
+# check_memory NAME BUDGET_MIB [RANKS]: every rank's measured peak within 10%
+# of its prediction (and within the budget, when there is one).
+check_memory() {
+  local name=$1 budget=$2 ranks=${3:-2}
+  cat "$TMP/$name"/logs/rank_*.log | grep -o "memory: stage [0-9]* measured_peak_bytes=[0-9]* predicted_peak_bytes=[0-9]*" |
+    awk -v n="$name" -v b="$budget" -v r="$ranks" '
+      { split($4, m, "="); split($5, p, "="); e = (m[2] - p[2]) / p[2]; rows++
+        printf "%s: stage %s measured %.2f MiB, predicted %.2f MiB (%+.1f%%)%s\n", n, $3, m[2] / 1048576, p[2] / 1048576,
+               100 * e, (b > 0 ? sprintf(", budget %d MiB", b) : "")
+        if (e > 0.10 || e < -0.10) bad = 1; if (b > 0 && m[2] > b * 1048576) over = 1 }
+      END { if (rows != r) { print "expected " r " ranks, got " rows; exit 1 } if (bad) { print "off by more than 10%"; exit 1 }
+            if (over) { print "over the budget"; exit 1 } }' || fail "$name: memory"
+}
+# same_losses NAME [REFERENCE]: NAME's losses equal REFERENCE's (default keep), exactly.
+same_losses() {
+  local ref=${2:-keep}
+  cmp <(losses "$TMP/$ref/metrics.jsonl") <(losses "$TMP/$1/metrics.jsonl") || fail "$1: losses differ from $ref (keeping everything)"
+  echo "$1: $(losses "$TMP/$1/metrics.jsonl" | wc -l) losses equal to $ref (exactly)"
+}
+
