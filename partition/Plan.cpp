@@ -569,28 +569,28 @@ void setRankPeaks(Plan& plan, const Partition& part, const Problem& problem, con
   const auto schedule =
       pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
   for (int rank = 0; rank < schedule.rankCount(); ++rank) {
-    // A rank runs one stage's action at a time: the largest transient, and
-    // the largest swap window (one stage's engine fills its window while it
-    // swaps out or reads ahead; measured: counting every stage's window
-    // predicted 11% over on the quickstart, interleaved, 2 x 2 stages).
-    int64_t fixed = 0, transient = 0, window = 0, holding = 0;
+    // A rank runs one stage's action at a time: at each moment of its order,
+    // what its stages hold plus the acting stage's transient; and the largest
+    // swap window (its stages share one engine, launcher/Trainer.cpp).
+    int64_t fixed = 0, window = 0, peak = 0;
+    std::map<int, const StageCost*> mine;
     for (auto& s : part.stages) {
       if (schedule.rankOf(s.stage) != rank) continue;
+      mine[s.stage] = &s;
       fixed += s.staticBytes;
-      transient = std::max(transient, s.transientBytes);
       window = std::max(window, s.windowBytes);
     }
-    fixed += window;
-    for (auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
-      int64_t now = 0;
-      for (auto& s : part.stages) {
-        const auto& m = moment.at(s.stage);
-        now += m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes + (m.capturing ? s.capturedBytes : 0);
+    for (auto& [acting, moment] : pipeline::rankHoldingMoments(schedule, rank)) {
+      int64_t now = mine.at(acting)->transientBytes;
+      for (auto& [index, s] : mine) {
+        const auto& m = moment.at(index);
+        now += m.beforeInput * s->heldBytes + m.beforeWeight * s->heldWeightBytes + (m.capturing ? s->capturedBytes : 0);
       }
-      holding = std::max(holding, now);
+      peak = std::max(peak, now);
     }
+    const int64_t rankPeak = fixed + window + peak;
     for (auto& ps : plan.stages) {
-      if (schedule.rankOf(ps.index) == rank) ps.rankPeakBytes = fixed + holding + transient;
+      if (schedule.rankOf(ps.index) == rank) ps.rankPeakBytes = rankPeak;
     }
   }
 }

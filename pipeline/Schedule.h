@@ -167,12 +167,13 @@ struct HoldingMix {
   int beforeInput = 0, beforeWeight = 0;
   bool capturing = false;
 };
-// Per stage, its HoldingMix after each of its actions and at the end of each
-// BackwardInput, keeping only those no other covers in every count.
+// Per stage, its HoldingMix before and after each of its actions and at the
+// end of each BackwardInput, keeping only those no other covers in every count.
 std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& schedule);
 // The same moments for one rank's stages together, in its action order: per
-// moment, one HoldingMix per stage of the schedule (zero for other ranks').
-std::vector<std::vector<HoldingMix>> rankHoldingMoments(const Schedule& schedule, int rank);
+// moment, the stage whose action runs then and one HoldingMix per stage of
+// the schedule (zero for other ranks').
+std::vector<std::pair<int, std::vector<HoldingMix>>> rankHoldingMoments(const Schedule& schedule, int rank);
 // Micro-batches between their BackwardInput and BackwardWeight, at most, per
 // stage (they also hold the output gradients W re-enters with). 0 when whole.
 std::vector<int> peakWeightPending(const Schedule& schedule);
