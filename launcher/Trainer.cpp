@@ -42,7 +42,6 @@ namespace fs = std::filesystem;
 namespace {
 
 
-// The memory plan a rank carries out (only ranks with one stage have one).
 // Does some stage of this rank carry out a memory plan?
 bool hasMemoryPlan(const pipeline::RankWorker& worker) {
   for (size_t i = 0; i < worker.size(); ++i) {

@@ -80,7 +80,7 @@ int64_t Problem::weightGradBytes(int stage, int first, int end) const {
   return weightPendingPerStage.at(stage) * weightGradPerMicroBatch(first, end);
 }
 
-int64_t Problem::weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const {
+int64_t Problem::weightHeldBound(int stage, int first, int end, int64_t weightSaved) const {
   if (weightPendingPerStage.empty()) return 0;
   // (The first stage's held bytes count in holdingFactor.)
   const int64_t held = first == 0 ? 0 : cutBytes.at(first) + weightSaved;
@@ -321,7 +321,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
       s.holdingBytes = std::max(s.holdingBytes, m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes +
                                                     (m.capturing ? s.capturedBytes : 0));
     }
-    holdingBound += p.weightHeldBound(stage, first, end, s.savedBytes + (last ? p.lossSavedBytes : 0), weightSaved);
+    holdingBound += p.weightHeldBound(stage, first, end, weightSaved);
   }
   s.peakBytes = std::max(afterBackward, s.staticBytes + s.holdingBytes + s.transientBytes + s.windowBytes);
   s.boundBytes = std::max(afterBackward, s.staticBytes + holdingBound +

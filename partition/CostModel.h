@@ -163,7 +163,7 @@ struct Problem {
   // bytes: a knapsack still), their captured gradients, and a finishing
   // Bi's gradients and storages W reads once. weightSaved: the stage's saved
   // bytes with weightReads.
-  int64_t weightHeldBound(int stage, int first, int end, int64_t saved, int64_t weightSaved) const;
+  int64_t weightHeldBound(int stage, int first, int end, int64_t weightSaved) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
   int budgetShares = 1;            // stages per rank sharing the rank's budget equally (messages name the rank's)
   double staticPerParamByte = 4;   // see above

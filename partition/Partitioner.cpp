@@ -125,7 +125,7 @@ struct StageSums {
                               (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
                               (last ? 0 : p.cutBytes[end]);
     return staticBytes(p) + holdingFactor(p, k, first) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
-           p.weightHeldBound(k, first, end, savedBytes + (last ? p.lossSavedBytes : 0), weightSaved) +
+           p.weightHeldBound(k, first, end, weightSaved) +
            (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
            p.budgetBytes;
   }
@@ -491,6 +491,16 @@ int64_t minimalStageBudget(const Problem& p, int stage, int first, int end) {
   return hi;
 }
 
+// A budget a message names: `need` per stage, for the rank's `shares` stages
+// ("X: set memory.budget_mb to at least Y (or pass --budget-mb)"), in MiB
+// rounded up to 1/100 so that the number given fits.
+std::string budgetAdvice(int64_t need, int shares) {
+  const double mib = std::ceil(static_cast<double>(need) * shares * 100.0 / (1 << 20)) / 100.0;
+  std::ostringstream os;
+  os << formatBytesExact(need * shares) << ": set memory.budget_mb to at least " << mib << " (or pass --budget-mb)";
+  return os.str();
+}
+
 }  // namespace
 
 Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
@@ -517,9 +527,8 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
       os << "partition: stage " << k << " (nodes [" << first << ", " << end << ")) does not fit the budget of "
          << formatBytesExact(p.budgetBytes) << (shares > 1 ? " (its share of the rank's)" : "");
       if (need > 0) {
-        const double mib = std::ceil(static_cast<double>(need) * shares * 100.0 / (1 << 20)) / 100.0;
-        os << "; with these cuts the stages need at least " << formatBytesExact(need * shares)
-           << ": set memory.budget_mb to at least " << mib << " (or pass --budget-mb), or use other cuts or more stages";
+        os << "; with these cuts the stages need at least " << budgetAdvice(need, shares)
+           << ", or use other cuts or more stages";
       } else {
         os << " with any keep/swap/recompute choice: use other cuts or more stages";
       }
@@ -591,12 +600,7 @@ Partition partitionOptimal(const Problem& p) {
        << formatBytesExact(p.budgetBytes * shares) << " per rank"
        << (shares > 1 ? " (" + formatBytesExact(p.budgetBytes) + " for each of its " + std::to_string(shares) + " stages)"
                       : std::string());
-    if (need > 0) {
-      // In MiB, rounded up to 1/100 so that the number given fits.
-      const double mib = std::ceil(static_cast<double>(need) * shares * 100.0 / (1 << 20)) / 100.0;
-      os << "; the smallest budget that fits is " << formatBytesExact(need * shares)
-         << ": set memory.budget_mb to at least " << mib << " (or pass --budget-mb)";
-    }
+    if (need > 0) os << "; the smallest budget that fits is " << budgetAdvice(need, shares);
     throw PlanError(os.str());
   }
   auto out = partitionWithCuts(p, cuts);

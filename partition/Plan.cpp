@@ -564,7 +564,7 @@ double simulatedStepTime(const PlanSettings& st, const Profile& profile, const P
 // at one moment (pipeline::rankHoldingMoments), not the sum of the stages'.
 // The stages' budget bounds (each within its share) still hold the rank's
 // peak within memory.budget_mb; this is the prediction.
-void setRankPeaks(Plan& plan, const Partition& part, const Problem& problem, const PlanSettings& st,
+void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
                   const std::optional<pipeline::ScheduleCosts>& costs) {
   const auto schedule =
       pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
@@ -676,7 +676,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
     busy += st.microBatches * ((problem.inFlightPerStage.empty() ? s.time : s.time - s.comm) + ps.refill);
     plan.stages.push_back(std::move(ps));
   }
-  if (problem.inFlightPerStage.size() > 0 && st.chunks > 1) setRankPeaks(plan, part, problem, st, costs);
+  if (!problem.inFlightPerStage.empty() && st.chunks > 1) setRankPeaks(plan, part, st, costs);
   // Idle share of the step, averaged over ranks.
   plan.bubbleFraction = plan.stepTime > 0 ? 1.0 - busy / (st.stages * plan.stepTime) : 0.0;
   return plan;

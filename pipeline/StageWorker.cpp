@@ -291,10 +291,7 @@ bool isBackwardPiece(const Action& a) {
   return a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight;
 }
 
-bool isCompute(const Action& a) {
-  return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
-         a.kind == ActionKind::BackwardWeight;
-}
+bool isCompute(const Action& a) { return a.kind == ActionKind::Forward || isBackwardPiece(a); }
 
 }  // namespace
 
