@@ -870,7 +870,7 @@ void Trainer::report() {
                 static_cast<long long>(fwd.size()), static_cast<long long>(mbsTimed),
                 static_cast<long long>(warmSteps_));
   log::info(buf);
-  int64_t predicted = 0;
+  int64_t predicted = 0, window = 0;  // window: the swap window the prediction counts whole (one per rank)
   double predictedCompute = 0;  // seconds per micro-batch, the rank's stages
   if (plan_) {
     partition::PlanStage ps;  // this rank's stages together
@@ -884,6 +884,7 @@ void Trainer::report() {
       ps.swap += one.swap;
       ps.refill += one.refill;
       ps.inFlight = std::max(ps.inFlight, one.inFlight);
+      window = std::max(window, one.windowBytes);
       ps.keptBytes += one.keptBytes;
       // Several stages per rank: the plan's rank peak (their holdings peak at different moments).
       predicted = one.rankPeakBytes > 0 ? one.rankPeakBytes : predicted + one.peakBytes;
@@ -908,9 +909,9 @@ void Trainer::report() {
   // Machine-readable on purpose: tests and bench/memory read this line.
   std::snprintf(buf, sizeof(buf),
                 "memory: stage %d measured_peak_bytes=%lld predicted_peak_bytes=%lld outside_model_bytes=%lld "
-                "resident_peak_bytes=%lld",
+                "resident_peak_bytes=%lld swap_window_bytes=%lld",
                 stageIndex_, static_cast<long long>(modelPeak_), static_cast<long long>(predicted),
-                static_cast<long long>(otherBytes_), static_cast<long long>(resident));
+                static_cast<long long>(otherBytes_), static_cast<long long>(resident), static_cast<long long>(window));
   log::info(buf);
   for (size_t i = 0; i < worker_->size(); ++i) {
     const auto* mem = worker_->stage(i).memory();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory plans on real training (the quickstart GPT, 2 stages, 1F1B, 10 steps),
 # all from one profile: the measured peak of allocated bytes per stage is
-# within 10% of the plan's prediction when everything is kept, under a budget
+# within 10% of the plan's prediction (below it, of the prediction without the swap
+# window, which counts in-flight I/O whole) when everything is kept, under a budget
 # the plan meets by swapping, and under the same budget without a swap tier
 # (recompute only), dropout on; the budgets are met and the losses equal
 # keeping everything exactly. Then swap directories that cannot work: missing, not a

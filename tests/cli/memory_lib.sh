@@ -38,15 +38,22 @@ train() {  # train NAME PLAN [args...]
     >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
 }
 # check_memory NAME BUDGET_MIB [RANKS]: every rank's measured peak within 10%
-# of its prediction (and within the budget, when there is one).
+# of its prediction (and within the budget, when there is one). The
+# prediction counts a swapping rank's swap window whole (bytes in flight to or
+# from the tier: a bound, for the budget); how much of it is in flight at the
+# peak depends on how far the I/O thread lags, so below the prediction the
+# measure is held to 10% of the prediction without the window.
 check_memory() {
   local name=$1 budget=$2 ranks=${3:-2}
-  cat "$TMP/$name"/logs/rank_*.log | grep -o "memory: stage [0-9]* measured_peak_bytes=[0-9]* predicted_peak_bytes=[0-9]*" |
+  cat "$TMP/$name"/logs/rank_*.log |
+    grep -o "memory: stage [0-9]* measured_peak_bytes=[0-9]* predicted_peak_bytes=[0-9]* .*swap_window_bytes=[0-9]*" |
     awk -v n="$name" -v b="$budget" -v r="$ranks" '
-      { split($4, m, "="); split($5, p, "="); e = (m[2] - p[2]) / p[2]; rows++
-        printf "%s: stage %s measured %.2f MiB, predicted %.2f MiB (%+.1f%%)%s\n", n, $3, m[2] / 1048576, p[2] / 1048576,
-               100 * e, (b > 0 ? sprintf(", budget %d MiB", b) : "")
-        if (e > 0.10 || e < -0.10) bad = 1; if (b > 0 && m[2] > b * 1048576) over = 1 }
+      { split($4, m, "="); split($5, p, "="); split($NF, w, "="); e = (m[2] - p[2]) / p[2]; rows++
+        low = (m[2] - (p[2] - w[2])) / (p[2] - w[2])
+        printf "%s: stage %s measured %.2f MiB, predicted %.2f MiB (%+.1f%%%s)%s\n", n, $3, m[2] / 1048576, p[2] / 1048576,
+               100 * e, (w[2] > 0 ? sprintf("; %+.1f%% without the %.2f MiB swap window", 100 * low, w[2] / 1048576) : ""),
+               (b > 0 ? sprintf(", budget %d MiB", b) : "")
+        if (e > 0.10 || low < -0.10) bad = 1; if (b > 0 && m[2] > b * 1048576) over = 1 }
       END { if (rows != r) { print "expected " r " ranks, got " rows; exit 1 } if (bad) { print "off by more than 10%"; exit 1 }
             if (over) { print "over the budget"; exit 1 } }' || fail "$name: memory"
 }
