@@ -193,7 +193,7 @@ first_run() {
 }
 base_s=$(secs base)
 echo
-echo "(b) micro-batch 4; 1F1B keeping everything: $base_s s/step (median of $rounds runs); medians over $rounds paired rounds"
+echo "(b) micro-batch 4; 1F1B keeping everything: $base_s s/step (median of $rounds runs; predicted $(predicted_step base) s); medians over $rounds paired rounds"
 [ "$nlevels" -gt 3 ] && echo "(full_recompute does not fit the 25% budget: level ${pct[3]}% is the smallest budget it fits, + 4%)"
 printf '%-5s %8s %-24s %8s %8s %9s %7s %10s %11s %9s %9s %7s\n' level "budget" candidate "s/step" "vs 1F1B" "predicted" \
   "error" "swapped" "recomputed" "pred MiB" "meas MiB" "error"
@@ -260,12 +260,13 @@ fi
 for ((i = 0; i < nlevels; i++)); do
   a="b.${pct[$i]}.auto+plan" top=$(best "$i")
   [ -n "${vs[$a]:-}" ] && [ -n "$top" ] || continue
-  # auto's slowdown against the fastest measured candidate vs the cost model's error on the two
+  # auto's slowdown against the fastest measured candidate vs the cost model's
+  # error on that comparison: its predicted ratio of the two against the
+  # measured one (the profile's drift, which scales every prediction, cancels)
   awk -v l="${pct[$i]}" -v chose="$(grep -o "auto chose [a-z0-9-]*" "$tmp/$a.plan.log" | awk '{ print $3 }')" \
-    -v n="${top#b.${pct[$i]}.}" -v slow="$(paired "$a" "$top")" -v ta="$(secs "$a")" -v pa="${pred[$a]}" \
-    -v tb="$(secs "$top")" -v pb="${pred[$top]}" 'BEGIN {
-    ea = (ta - pa) / ta; if (ea < 0) ea = -ea; eb = (tb - pb) / tb; if (eb < 0) eb = -eb; e = ea > eb ? ea : eb
-    printf "at %s%%: auto chose %s; the fastest measured is %s; auto / it = %.3f, the cost model'"'"'s error on the two %.1f%% (%s)\n",
-           l, chose, n, slow, 100 * e, (slow - 1 <= e ? "within" : "beyond") }'
+    -v n="${top#b.${pct[$i]}.}" -v slow="$(paired "$a" "$top")" -v pa="${pred[$a]}" -v pb="${pred[$top]}" 'BEGIN {
+    e = slow / (pa / pb) - 1; if (e < 0) e = -e
+    printf "at %s%%: auto chose %s; the fastest measured is %s; auto / it = %.3f measured, %.3f predicted: the cost model'"'"'s error on the comparison %.1f%% (%s)\n",
+           l, chose, n, slow, pa / pb, 100 * e, (slow - 1 <= e ? "within" : "beyond") }'
 done
 exit 0
