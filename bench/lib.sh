@@ -2,8 +2,12 @@
 sluice="$root/build/launcher/sluice"
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 
+# median: the median of the numbers on stdin, one per line (nothing for none).
+median() {
+  sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 # median_step_time METRICS_JSONL: median step_time_s after 3 warm-up steps.
 median_step_time() {
-  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | median
 }

@@ -72,7 +72,6 @@ why_not() {  # why_not NAME: why a plan or run failed
     "$tmp/$1.plan.log" "$tmp/$1.log" 2>/dev/null | head -1 || true
 }
 predicted_step() { grep -o "predicted step time [0-9.]* ms" "$tmp/$1.plan.log" | awk '{ print $4 / 1000 }'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 candidates=("1f1b full_recompute" "1f1b plan" "zb-h1 plan" "interleaved plan" "interleaved-zb plan" "auto plan")
 label() { echo "${1// /+}"; }  # "zb-h1 plan" -> zb-h1+plan

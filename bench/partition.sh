@@ -36,7 +36,6 @@ export OMPI_MCA_mpi_yield_when_idle=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # plan_cuts PROFILE OUT: the current method's cuts planned on PROFILE (OUT.pb, its table in OUT.plan).
 plan_cuts() {
   "$sluice" partition "${config[$label]}" "${args[@]}" --profile "$1" \
