@@ -421,6 +421,9 @@ void validate(Config& c) {
   require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2 must be in [0, 1), got " + std::to_string(o.beta2));
   require(o.eps > 0, "optimizer.eps must be > 0, got " + std::to_string(o.eps));
   require(o.weightDecay >= 0, "optimizer.weight_decay must be >= 0, got " + std::to_string(o.weightDecay));
+  require(o.clipGradNorm >= 0 && std::isfinite(o.clipGradNorm),
+          "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got " +
+              shortNumber(o.clipGradNorm));
   require(in(o.schedule, {"constant", "cosine"}), "optimizer.schedule must be constant or cosine, got '" + o.schedule + "'");
   require(o.warmupSteps >= 0, "optimizer.warmup_steps must be >= 0, got " + std::to_string(o.warmupSteps));
   require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
@@ -573,6 +576,7 @@ Config parse(const YAML::Node& root) {
   opt.get("beta2", c.optimizer.beta2);
   opt.get("eps", c.optimizer.eps);
   opt.get("weight_decay", c.optimizer.weightDecay);
+  opt.get("clip_grad_norm", c.optimizer.clipGradNorm);
   opt.get("schedule", c.optimizer.schedule);
   opt.get("warmup_steps", c.optimizer.warmupSteps);
   opt.get("min_lr", c.optimizer.minLr);
@@ -708,6 +712,7 @@ std::string Config::toYaml() const {
     << optimizer.name << YAML::Key << "lr" << YAML::Value << optimizer.lr << YAML::Key << "beta1" << YAML::Value
     << optimizer.beta1 << YAML::Key << "beta2" << YAML::Value << optimizer.beta2 << YAML::Key << "eps" << YAML::Value
     << optimizer.eps << YAML::Key << "weight_decay" << YAML::Value << optimizer.weightDecay << YAML::Key
+    << "clip_grad_norm" << YAML::Value << optimizer.clipGradNorm << YAML::Key
     << "schedule" << YAML::Value << optimizer.schedule << YAML::Key << "warmup_steps" << YAML::Value
     << optimizer.warmupSteps << YAML::Key << "min_lr" << YAML::Value << optimizer.minLr << YAML::Key << "dist_adam"
     << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << optimizer.distAdamMode << YAML::Key

@@ -135,6 +135,10 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weightDecay = 0.01;
+  // optimizer.clip_grad_norm: scale every gradient by min(1, c / (norm + 1e-6))
+  // before the update, norm the global L2 norm over every parameter of every
+  // stage and replica (each element once; optim/GradClip.h); 0 = off.
+  double clipGradNorm = 0;
   std::string schedule = "constant";  // constant | cosine
   int64_t warmupSteps = 0;
   double minLr = 0.0;                 // floor of the cosine schedule

@@ -96,6 +96,13 @@ void MetricsWriter::flush() {
       out_ << line;
     }
     if (r.skipped) out_ << ", \"skipped\": true";
+    const double gradNorm = r.gradNorm.defined() ? hostsync::read<double>(r.gradNorm) : 0;
+    if (r.gradNorm.defined() && std::isfinite(gradNorm)) {
+      std::snprintf(line, sizeof(line), ", \"grad_norm\": %.9g", gradNorm);
+      out_ << line;
+    } else if (r.gradNorm.defined()) {
+      out_ << ", \"grad_norm\": null";  // not finite (JSON has no NaN)
+    }
     if (!r.stagePeakBytes.empty()) {
       out_ << ", \"peak_bytes\": [";
       for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) out_ << (i ? ", " : "") << r.stagePeakBytes[i];
@@ -108,6 +115,7 @@ void MetricsWriter::flush() {
       tb_->scalar("step_time_s", r.stepTimeSeconds, r.step);
       tb_->scalar("samples_per_s", r.samples / r.stepTimeSeconds, r.step);
       if (r.tokens > 0) tb_->scalar("tokens_per_s", r.tokens / r.stepTimeSeconds, r.step);
+      if (r.gradNorm.defined()) tb_->scalar("grad_norm", gradNorm, r.step);
       for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) {
         tb_->scalar("peak_bytes/stage_" + std::to_string(i), static_cast<double>(r.stagePeakBytes[i]), r.step);
       }

@@ -26,6 +26,9 @@ struct StepRecord {
   // Per stage, the step's peak of allocated bytes (max over replicas; the
   // counting allocator, less what lives outside the model); empty: not measured.
   std::vector<int64_t> stagePeakBytes;
+  // optimizer.clip_grad_norm: the global gradient norm before clipping (a
+  // scalar read at flush()); undefined: not clipped (off, or a skipped step).
+  torch::Tensor gradNorm;
 };
 
 class MetricsWriter {

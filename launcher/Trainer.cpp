@@ -33,6 +33,7 @@
 #include "memory/SwapTier.h"
 #include "models/TorchScript.h"
 #include "optim/DistAdam.h"
+#include "optim/GradClip.h"
 #include "optim/OptimizerState.h"
 #include "partition/Timing.h"
 
@@ -219,6 +220,23 @@ void Trainer::plan() {
     if (ranks.size() > 1 && setup_.tensorsByName({name})[0].requires_grad()) {
       tiedRanks_.push_back({name, std::vector<int>(ranks.begin(), ranks.end())});
     }
+  }
+  // optimizer.clip_grad_norm: each trainable parameter's entry in the job's
+  // norm vector (holders: every parameter name, in one order everywhere);
+  // a tied copy counts on its first pipeline rank only (Note [bitwise norm], optim/GradClip.h).
+  if (c_.optimizer.clipGradNorm > 0) {
+    std::map<std::string, int64_t> index;
+    for (auto& [name, ranks] : holders) {
+      if (setup_.tensorsByName({name})[0].requires_grad()) {
+        const int64_t next = static_cast<int64_t>(index.size());
+        index[name] = next;
+      }
+    }
+    std::vector<int64_t> globalIndex;
+    for (auto& name : trainableNames_) {
+      globalIndex.push_back(*holders.at(name).begin() == stageIndex_ ? index.at(name) : -1);
+    }
+    clip_.emplace(c_.optimizer.clipGradNorm, std::move(globalIndex), static_cast<int64_t>(index.size()));
   }
   SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != "dist_adam" || c_.optimizer.distAdamMode != "hooks",
                ConfigError,
@@ -516,7 +534,7 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   return path;
 }
 
-torch::Tensor Trainer::step(int64_t step, bool* skipped) {
+torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm) {
   *skipped = false;
   transfers::beginStep();  // Note [round trip] (core/TransferGuard.h): the forwards and backwards
   auto micro = microBatchesFor(step);
@@ -562,6 +580,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped) {
     }
   }
   const double optimizerStart = TraceRecorder::nowUs();
+  if (clip_) *gradNorm = clip_->apply(*optimizer_, params, {&dpComm_, &pipelineComm_});
   optimizer_->step();
   trace_.add("optimizer", "compute", -1, optimizerStart, TraceRecorder::nowUs());
   return loss;
@@ -727,10 +746,11 @@ void Trainer::train() {
     optim::setLearningRate(*optimizer_, stepLr);
     memory::resetDevicePeak(device_);
     bool skipped = false;
+    torch::Tensor gradNorm;  // optimizer.clip_grad_norm: the step's global norm (undefined: skipped or off)
     const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
     trace_.setStep(step, traced);
     const double stepStart = TraceRecorder::nowUs();
-    auto loss = this->step(step, &skipped);
+    auto loss = this->step(step, &skipped, &gradNorm);
     trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
     if (step >= warmSteps_) stepCompute_.push_back(worker_->computeTimes());
     trace_.setStep(step, false);
@@ -739,7 +759,7 @@ void Trainer::train() {
     peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
-                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}});
+                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm});
     bool stop = false;
     if (stopVote.pending()) {
       stopVote.wait();

@@ -45,6 +45,7 @@
 #include "launcher/RankEnv.h"
 #include "memory/MemoryPlan.h"
 #include "memory/SavedTensorHooks.h"
+#include "optim/GradClip.h"
 #include "optim/LrSchedule.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
@@ -79,7 +80,8 @@ class Trainer {
   std::string settingsTable() const;
   // One step's update, or none when a gradient is not finite on some rank
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
-  torch::Tensor step(int64_t step, bool* skipped);
+  // gradNorm: the global gradient norm under optimizer.clip_grad_norm (a device tensor, read at log points).
+  torch::Tensor step(int64_t step, bool* skipped, torch::Tensor* gradNorm);
   // This stage's parameters and buffers by module path (checkpoints, model.pt).
   std::map<std::string, torch::Tensor> stageTensors() const;
   void exportModel();
@@ -126,6 +128,7 @@ class Trainer {
   std::string outDir_;
   std::unique_ptr<pipeline::RankWorker> worker_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::optional<optim::GradClip> clip_;  // optimizer.clip_grad_norm > 0
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Evaluator> evaluator_;                      // training.eval_interval > 0
   std::optional<std::vector<torch::Tensor>> syncedBuffers_;  // Trainer::syncBuffers

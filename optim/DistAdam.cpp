@@ -291,13 +291,10 @@ void DistAdam::copyGathered(Bucket& b) {
   }
 }
 
-torch::Tensor DistAdam::step(LossClosure closure) {
-  torch::NoGradGuard noGrad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable(true);
-    loss = closure();
-  }
+// Every parameter had this step's accumulations; the reductions not started
+// by hooks start now. Once per step (gradSquares may have called it first).
+void DistAdam::startReductions() {
+  if (reductionsStarted_) return;
   for (size_t i = 0; i < slots_.size(); ++i) {
     auto& s = *slots_[i];
     SLUICE_CHECK(s.accumulated > 0 && s.param.grad().defined(), OptimError,
@@ -310,6 +307,53 @@ torch::Tensor DistAdam::step(LossClosure closure) {
   if (mode_ != DistAdamMode::Hooks) {
     for (size_t k = 0; k < buckets_.size(); ++k) launchReduce(k);
   }
+  reductionsStarted_ = true;
+}
+
+torch::Tensor DistAdam::gradSquares(const std::vector<int64_t>& globalIndex, int64_t total) {
+  SLUICE_CHECK(globalIndex.size() == slots_.size(), OptimError,
+               "DistAdam::gradSquares: " << globalIndex.size() << " indices for " << slots_.size() << " parameters");
+  torch::NoGradGuard noGrad;
+  startReductions();
+  auto squares = torch::zeros({total}, options_.dtype(torch::kDouble));
+  // AllReduce: every replica holds the whole average, counted on the first only.
+  const bool counts = sharded() || comm_.rank() == 0;
+  std::vector<int64_t> at;
+  std::vector<torch::Tensor> parts;
+  for (auto& b : buckets_) {
+    b->reduce.wait();
+    if (!counts) continue;
+    for (const auto& seg : b->layout.owned) {
+      const int64_t index = globalIndex[seg.param];
+      if (index < 0) continue;
+      at.push_back(index);
+      parts.push_back(at::linalg_vector_norm(b->gradShard.narrow(0, seg.shardBegin, seg.length), 2));
+    }
+  }
+  if (!parts.empty()) {
+    auto index = torch::tensor(at, torch::kLong).to(options_.device());
+    squares.index_add_(0, index, torch::stack(parts).to(torch::kDouble).square());
+  }
+  return squares;
+}
+
+void DistAdam::scaleGradients(const torch::Tensor& factor) {
+  torch::NoGradGuard noGrad;
+  startReductions();
+  for (auto& b : buckets_) {
+    b->reduce.wait();
+    b->gradShard.mul_(factor);
+  }
+}
+
+torch::Tensor DistAdam::step(LossClosure closure) {
+  torch::NoGradGuard noGrad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  startReductions();
   const bool traced = trace_ && trace_->active();
   auto wait = [&](Work& request, const char* what, size_t k) {
     if (!traced) return request.wait();
@@ -348,6 +392,7 @@ torch::Tensor DistAdam::step(LossClosure closure) {
   if (!buckets_.empty()) finish(buckets_.size() - 1);
   for (auto& s : slots_) s->accumulated = 0;
   launched_ = 0;
+  reductionsStarted_ = false;
   inFlight_.clear();
   return loss;
 }
@@ -363,6 +408,7 @@ void DistAdam::zero_grad() {
   }
   for (auto& s : slots_) s->accumulated = 0;
   launched_ = 0;
+  reductionsStarted_ = false;
   inFlight_.clear();
 }
 

@@ -87,6 +87,17 @@ class DistAdam : public torch::optim::Optimizer {
   // the buckets (a later step then copies them in, slower).
   void zero_grad();
 
+  // Gradient clipping (optim/GradClip.h), between backward and step(): the
+  // step's reductions are finished first (started here unless hooks did).
+  // gradSquares: a [total] float64 vector, entry globalIndex[i] the squared
+  // L2 norm of this rank's share of parameter i's averaged gradient (its
+  // shard's elements; in AllReduce mode the first replica counts the whole
+  // gradient, the others nothing); globalIndex[i] < 0 leaves parameter i out.
+  // scaleGradients: this rank's averaged gradient elements times `factor` (a
+  // float32 scalar on the parameters' device), before step() updates them.
+  torch::Tensor gradSquares(const std::vector<int64_t>& globalIndex, int64_t total);
+  void scaleGradients(const torch::Tensor& factor);
+
   // Backward passes (micro-batches) per step; the reduce-scatter starts on the last.
   void setAccumulationSteps(int steps);
   DistAdamMode mode() const { return mode_; }
@@ -134,6 +145,7 @@ class DistAdam : public torch::optim::Optimizer {
   void updateBucket(Bucket& bucket);
   void copyGathered(Bucket& bucket);
   void checkSameShapesEverywhere();
+  void startReductions();
   void progressReductions();
   bool sharded() const { return mode_ != DistAdamMode::AllReduce; }  // AllReduce: full state, one-rank layout
   bool gathers() const { return sharded() && comm_.size() > 1; }      // shards to reduce-scatter and gather
@@ -145,6 +157,7 @@ class DistAdam : public torch::optim::Optimizer {
   std::vector<std::unique_ptr<Bucket>> buckets_;
   int accumulationSteps_ = 1;
   int launched_ = 0;
+  bool reductionsStarted_ = false;  // this step's (startReductions)
   std::deque<size_t> inFlight_;  // buckets whose reduction started and may not have finished, oldest first
   TraceRecorder* trace_ = nullptr;
 };

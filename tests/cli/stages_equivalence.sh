@@ -38,8 +38,19 @@ train inter_zb --set pipeline.stages=2 --set pipeline.schedule=interleaved-zb
 train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
+# Gradient clipping: the norm is summed per parameter in one order on every rank (Note [bitwise
+# norm], optim/GradClip.h), so 2 stages under zb-h1 clip bitwise like 1 stage.
+train clip_one --set pipeline.stages=1 --set optimizer.clip_grad_norm=0.2
+train clip_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set optimizer.clip_grad_norm=0.2
 
 compare_losses "$TMP/one" "$TMP/two" 10 0
+compare_losses "$TMP/clip_one" "$TMP/clip_zb" 10 0
+diff <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_one/metrics.jsonl") <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_zb/metrics.jsonl") ||
+  fail "clip_one and clip_zb log different grad_norm"
+clipped=$(grep -o '"grad_norm": [^,}]*' "$TMP/clip_one/metrics.jsonl" | awk '$2 > 0.2 { n++ } END { print n + 0 }')
+[ "$clipped" -ge 5 ] || fail "clip_grad_norm 0.2 clipped only $clipped of 10 steps: the test needs a smaller norm"
+[ "$(losses "$TMP/one/metrics.jsonl" | tail -1)" != "$(losses "$TMP/clip_one/metrics.jsonl" | tail -1)" ] ||
+  fail "clip_grad_norm 0.2 did not change the losses"
 compare_losses "$TMP/one" "$TMP/two_again" 10 0
 compare_losses "$TMP/one" "$TMP/three" 10 0
 compare_losses "$TMP/one" "$TMP/two_by_two" 10 1e-6
@@ -77,4 +88,4 @@ grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, i
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1, interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6"
+echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1 (also clipping gradients), interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6"

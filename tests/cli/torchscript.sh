@@ -8,7 +8,7 @@
 # relative 1e-5 over 10 steps. The model.pt Sluice writes, loaded in Python,
 # gives the reference model's outputs, and Sluice started from it computes
 # the loss Python computes with it; `sluice export` gives the checkpoints'
-# weights. The same with tied input and output embeddings. Then a CNN with BatchNorm on Fashion-MNIST the same way, with
+# weights. The same with tied input and output embeddings, and with gradient clipping. Then a CNN with BatchNorm on Fashion-MNIST the same way, with
 # evaluation compared to PyTorch's. Then the errors: a wrong model.path, a
 # file that is not TorchScript, inputs that do not match forward, a forward
 # whose control flow depends on tensor values: a clear message, a non-zero
@@ -85,6 +85,41 @@ assert r["exported_vs_reference"] < 1e-4, r
 print(f"ok: tied model.pt keeps head.weight = tok.weight; 2x2's vs PyTorch's: max |logit difference| "
       f"{r['exported_vs_reference']:.3g}")
 PY
+# optimizer.clip_grad_norm (optim/GradClip.h) against torch.nn.utils.clip_grad_norm_ in PyTorch's loop:
+# 2 stages x 2 replicas (DistAdam: the norm over shards) of the plain and the tied model (the tied
+# weight counted once, as model.parameters() does): losses and the logged grad_norm within relative
+# 1e-5 over 10 steps. The norms here are about 1.0-1.2, so 0.5 clips every step (checked on the
+# reference's norms), and the clipped reference's losses differ from the unclipped ones (so a run
+# that ignored the setting would fail).
+CLIP=0.5
+for model in model tied; do
+  run=clip_$model
+  train $run --set model.path="$TMP/$model.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
+    --set pipeline.microbatches=2 --set optimizer.name=dist_adam --set optimizer.clip_grad_norm=$CLIP
+  "$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/$model.pt" --data text --path $TEXT --seed $SEED \
+    --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --clip $CLIP --out "$TMP/${run}_ref.json" ||
+    fail "the PyTorch reference ($run)"
+  unclipped="$TMP/ref.json"
+  [ $model = model ] || unclipped="$TMP/tied_ref.json"
+  "$PY" - "$TMP/${run}_ref.json" "$unclipped" "$TMP/$run/metrics.jsonl" $CLIP $run <<'PY' || fail "$run vs PyTorch's clip_grad_norm_"
+import json, sys
+ref, plain = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+lines = [json.loads(l) for l in open(sys.argv[3]) if '"loss"' in l]
+clip, run = float(sys.argv[4]), sys.argv[5]
+assert len(lines) == len(ref["losses"]) == 10, (len(lines), len(ref["losses"]))
+rel = lambda a, b: abs(a - b) / abs(b)
+loss_diff = max(rel(l["loss"], r) for l, r in zip(lines, ref["losses"]))
+norm_diff = max(rel(l["grad_norm"], r) for l, r in zip(lines, ref["grad_norms"]))
+clipped = sum(n > clip for n in ref["grad_norms"])
+effect = max(rel(a, b) for a, b in zip(ref["losses"], plain["losses"]))
+assert loss_diff <= 1e-5 and norm_diff <= 1e-5, (loss_diff, norm_diff)
+assert clipped >= len(lines) / 2, f"clipping active on only {clipped} of {len(lines)} steps"
+assert effect > 10 * 1e-5, f"clipping changes PyTorch's losses by only {effect}"
+print(f"ok: {run} (2x2, DistAdam, clip_grad_norm {clip}) vs PyTorch's clip_grad_norm_: max relative loss "
+      f"difference {loss_diff:.3g}, grad_norm {norm_diff:.3g}; clipped {clipped} of {len(lines)} steps "
+      f"(clipping moves PyTorch's losses by up to {effect:.3g})")
+PY
+done
 expect_failure tied_with_hooks "is read by stages on several pipeline ranks (tied weights)" "$TMP/e6" -- \
   "$SLUICE" train "$TMP/ts.yaml" --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
   --set pipeline.microbatches=2 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks \

@@ -1,7 +1,7 @@
 """PyTorch's own training loop for tests/cli/torchscript.sh (torch 2.11, $SLUICE_PYTHON).
 
     torchscript_reference.py --model M.pt --data text|fashion_mnist --path P --seed S --steps N
-        --global G --micro B --lr LR --wd WD [--block T] [--exported OUT.pt] [--eval-samples E] --out R.json
+        --global G --micro B --lr LR --wd WD [--block T] [--clip C] [--exported OUT.pt] [--eval-samples E] --out R.json
 
 Trains the TorchScript module at M.pt with torch.optim.AdamW on the batches
 Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
@@ -11,8 +11,10 @@ Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
   g = s * G + i is perm_e[g % 60000], perm_e = torch.randperm(60000) from a
   generator seeded with S * 1000003 + 1000000 + e, e = g // 60000;
 in micro-batches of B rows in order, each micro-batch's mean cross-entropy
-scaled by 1 / (G / B), one optimizer step per global batch. Writes the
-per-step losses (before each update) and, with --exported (Sluice's model.pt
+scaled by 1 / (G / B), one optimizer step per global batch; with --clip C,
+torch.nn.utils.clip_grad_norm_(parameters, C) before each step (the norms it
+returns are written as grad_norms). Writes the per-step losses (before each
+update) and, with --exported (Sluice's model.pt
 after the same steps): the largest difference between its outputs and the
 reference model's on a batch (train mode for text; eval mode for images),
 the same for the initial file, the exported model's loss on step 0's batch,
@@ -31,6 +33,7 @@ for name, kind in [("model", str), ("data", str), ("path", str), ("seed", int), 
                    ("micro", int), ("lr", float), ("wd", float), ("out", str)]:
     p.add_argument("--" + name, type=kind, required=True)
 p.add_argument("--block", type=int, default=0)
+p.add_argument("--clip", type=float, default=0.0)
 p.add_argument("--exported")
 p.add_argument("--eval-samples", type=int, default=0)
 a = p.parse_args()
@@ -81,7 +84,7 @@ def loss_of(m, x, y):
 
 
 opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.wd)
-losses = []
+losses, norms = [], []
 n_micro = a.glob // a.micro
 for step in range(a.steps):
     x, y = batch(step)
@@ -92,8 +95,10 @@ for step in range(a.steps):
         (loss / n_micro).backward()
         total += loss.item()
     losses.append(total / n_micro)
+    if a.clip > 0:
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip).item())
     opt.step()
-result = {"losses": losses}
+result = {"losses": losses, "grad_norms": norms}
 if a.exported:
     images = a.data != "text"
     x, y = batch(0)

@@ -94,6 +94,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Malformed{"unknown key", {"pipeline.stagez=2"}, nullptr, "unknown key 'pipeline.stagez'"},
         Malformed{"unknown section", {"trainer.steps=2"}, nullptr, "unknown section 'trainer'"},
+        Malformed{"negative clipping norm", {"optimizer.clip_grad_norm=-1"}, nullptr,
+                  "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got -1"},
         Malformed{"batch does not divide", {"training.global_batch_size=10"}, nullptr,
                   "training.global_batch_size (10) must equal training.micro_batch_size (2) x pipeline.microbatches "
                   "(4) x pipeline.data_parallel (1) = 8"},
