@@ -16,6 +16,7 @@
 #include "core/Files.h"
 #include "core/SystemInfo.h"
 #include "launcher/data/FashionMnist.h"
+#include "launcher/data/TokenFile.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice {
@@ -245,6 +246,30 @@ void validateTorchScript(const Config& c) {
   }
 }
 
+// data.name: tokens. The files are opened now (every id read once), so a
+// wrong dtype, header or vocabulary fails before any rank starts.
+void validateTokens(const Config& c) {
+  require(in(c.model.name, {"gpt", "llama"}),
+          "data.name=tokens gives windows of token ids for a language model: use model.name gpt or llama, got " +
+              c.model.name);
+  require(in(c.data.tokenDtype, {"uint16", "uint32"}),
+          "data.token_dtype must be uint16 or uint32, got '" + c.data.tokenDtype + "'");
+  require(c.training.evalInterval == 0 || !c.data.evalPath.empty(),
+          "training.eval_interval with data.name=tokens needs data.eval_path: a second token file held out from "
+          "training (scripts/tokenize.py writes one)");
+  for (const auto& [key, path] : {std::pair<std::string, std::string>{"data.path", c.data.path},
+                                  {"data.eval_path", c.data.evalPath}}) {
+    if (path.empty()) continue;
+    require(std::filesystem::is_regular_file(path), key + " '" + path + "' is not a file (scripts/tokenize.py writes "
+                                                    "token files)");
+    try {
+      data::TokenFile(path, c.data.tokenDtype, c.model.blockSize, c.model.vocabSize, c.job.seed);
+    } catch (const DataError& e) {
+      throw ConfigError(std::string("config error: ") + key + ": " + e.what());
+    }
+  }
+}
+
 void validate(Config& c) {
   require(!c.job.outputDir.empty(), "job.output_dir must not be empty");
   require(c.job.threadsPerRank >= 0, "job.threads_per_rank must be >= 0 (0 = cores / ranks on the node), got " +
@@ -264,10 +289,16 @@ void validate(Config& c) {
           "job.backend is nccl but job.device is cpu: NCCL moves GPU tensors; set job.device: cuda or job.backend: "
           "auto (CPU tensors always go over MPI)");
   auto& m = c.model;
-  require(in(m.name, {"gpt", "mlp", "torchscript", "cnn"}),
-          "model.name must be gpt, mlp, torchscript or cnn, got '" + m.name + "'");
-  require(in(c.data.name, {"text", "synthetic", "fashion_mnist"}),
-          "data.name must be text, synthetic or fashion_mnist, got '" + c.data.name + "'");
+  require(in(m.name, {"gpt", "llama", "mlp", "torchscript", "cnn"}),
+          "model.name must be gpt, llama, mlp, torchscript or cnn, got '" + m.name + "'");
+  require(m.name == "gpt" || m.name == "llama" || !m.tieEmbeddings,
+          "model.tie_embeddings is for model.name gpt or llama (a TorchScript model ties its own weights)");
+  require(m.name == "llama" || (m.kvHeads == 0 && m.ffnHidden == 0),
+          "model.kv_heads and model.ffn_hidden are for model.name llama, got model.name " + m.name);
+  require(in(c.data.name, {"text", "synthetic", "fashion_mnist", "tokens"}),
+          "data.name must be text, synthetic, fashion_mnist or tokens, got '" + c.data.name + "'");
+  require(c.data.name != "tokens" || !c.data.path.empty(),
+          "data.name=tokens needs data.path: a file of token ids (scripts/tokenize.py writes one)");
   if (c.data.path.empty()) {
     c.data.path = c.data.name == "fashion_mnist" ? "/usr/share/datasets/fashion-mnist" : "/usr/share/games/fortunes";
   }
@@ -281,7 +312,7 @@ void validate(Config& c) {
     require(m.classes >= 1, "model.classes must be >= 1");
     require(c.data.name == "fashion_mnist", "model.name=cnn needs data.name=fashion_mnist (images)");
     require(m.classes == 10, "model.classes must be 10 for fashion_mnist, got " + std::to_string(m.classes));
-  } else if (m.name == "gpt") {
+  } else if (m.name == "gpt" || m.name == "llama") {
     for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
                           {"model.block_size", m.blockSize}, {"model.layers", m.layers},
                           {"model.heads", m.heads}, {"model.embd", m.embd}}) {
@@ -291,6 +322,17 @@ void validate(Config& c) {
                                        std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
                                        std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
     require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), got " + std::to_string(m.dropout));
+    if (m.name == "llama") {
+      const int64_t kv = m.kvHeads == 0 ? m.heads : m.kvHeads;
+      require(m.kvHeads >= 0, "model.kv_heads must be >= 1 (0 = model.heads), got " + std::to_string(m.kvHeads));
+      require(m.heads % kv == 0, "model.kv_heads (" + std::to_string(kv) + ") must divide model.heads (" +
+                                     std::to_string(m.heads) + "): " + std::to_string(m.heads) + " % " +
+                                     std::to_string(kv) + " = " + std::to_string(m.heads % kv));
+      require((m.embd / m.heads) % 2 == 0, "model.embd / model.heads (" + std::to_string(m.embd) + " / " +
+                                               std::to_string(m.heads) + " = " + std::to_string(m.embd / m.heads) +
+                                               ") must be even: rotary embeddings rotate pairs of dimensions");
+      require(m.ffnHidden >= 0, "model.ffn_hidden must be >= 0 (0 = 2/3 x 4 x embd), got " + std::to_string(m.ffnHidden));
+    }
     if (c.data.name == "text") {
       require(m.vocabSize >= 256, "model.vocab_size must be >= 256 for byte-level text data, got " +
                                       std::to_string(m.vocabSize));
@@ -330,9 +372,13 @@ void validate(Config& c) {
   require(in(c.data.evalSplit, {"test", "train"}), "data.eval_split must be test or train, got '" + c.data.evalSplit + "'");
   require(c.training.evalInterval >= 0, "training.eval_interval must be >= 0 (0 = no evaluation)");
   require(c.training.evalSamples >= 0, "training.eval_samples must be >= 0 (0 = the whole split)");
-  require(c.training.evalInterval == 0 || c.data.name == "fashion_mnist",
-          "training.eval_interval needs a dataset with a held-out split (data.name=fashion_mnist); data.name=" +
-              c.data.name + " has none");
+  require(c.training.evalInterval == 0 || c.data.name == "fashion_mnist" || c.data.name == "tokens",
+          "training.eval_interval needs a dataset with a held-out split (data.name=fashion_mnist, or tokens with "
+          "data.eval_path); data.name=" + c.data.name + " has none");
+  if (c.data.name == "tokens") validateTokens(c);
+  require(c.data.evalPath.empty() || c.data.name == "tokens",
+          "data.eval_path is for data.name=tokens (a second token file); data.name=" + c.data.name +
+              " evaluates on data.eval_split");
   if (c.data.name == "text") {
     require(std::filesystem::exists(c.data.path),
             "data.path '" + c.data.path + "' does not exist (install the 'fortunes' package or name a text file or folder)");
@@ -513,6 +559,10 @@ Config parse(const YAML::Node& root) {
   model.get("heads", c.model.heads);
   model.get("embd", c.model.embd);
   model.get("dropout", c.model.dropout);
+  c.model.tieEmbeddings = c.model.name == "llama";
+  model.get("tie_embeddings", c.model.tieEmbeddings);
+  model.get("kv_heads", c.model.kvHeads);
+  model.get("ffn_hidden", c.model.ffnHidden);
   model.get("input_dim", c.model.inputDim);
   model.get("hidden", c.model.hidden);
   model.get("mlp_layers", c.model.mlpLayers);
@@ -537,6 +587,8 @@ Config parse(const YAML::Node& root) {
   data.get("name", c.data.name);
   data.get("path", c.data.path);
   data.get("eval_split", c.data.evalSplit);
+  data.get("eval_path", c.data.evalPath);
+  data.get("token_dtype", c.data.tokenDtype);
   data.finish();
   MapReader training(root, "training");
   training.get("steps", c.training.steps);
@@ -662,11 +714,15 @@ std::string Config::toYaml() const {
     << deviceKindName(job.device) << YAML::Key << "backend" << YAML::Value
     << (job.backend ? commBackendName(*job.backend) : "auto") << YAML::EndMap;
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << model.name;
-  if (model.name == "gpt") {
+  if (model.name == "gpt" || model.name == "llama") {
     e << YAML::Key << "vocab_size" << YAML::Value << model.vocabSize << YAML::Key << "block_size" << YAML::Value
       << model.blockSize << YAML::Key << "layers" << YAML::Value << model.layers << YAML::Key << "heads"
       << YAML::Value << model.heads << YAML::Key << "embd" << YAML::Value << model.embd << YAML::Key << "dropout"
-      << YAML::Value << model.dropout;
+      << YAML::Value << model.dropout << YAML::Key << "tie_embeddings" << YAML::Value << model.tieEmbeddings;
+    if (model.name == "llama") {
+      e << YAML::Key << "kv_heads" << YAML::Value << model.kvHeads << YAML::Key << "ffn_hidden" << YAML::Value
+        << model.ffnHidden;
+    }
   } else if (model.name == "cnn") {
     e << YAML::Key << "channels" << YAML::Value << YAML::Flow << model.channels << YAML::Key << "classes" << YAML::Value
       << model.classes;
@@ -688,7 +744,8 @@ std::string Config::toYaml() const {
   e << YAML::EndMap;
   e << YAML::Key << "data" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << data.name
     << YAML::Key << "path" << YAML::Value << data.path << YAML::Key << "eval_split" << YAML::Value << data.evalSplit
-    << YAML::EndMap;
+    << YAML::Key << "eval_path" << YAML::Value << data.evalPath << YAML::Key << "token_dtype" << YAML::Value
+    << data.tokenDtype << YAML::EndMap;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
     << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
     << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "nan_policy" << YAML::Value

@@ -40,14 +40,20 @@ struct InputSpec {
 };
 
 struct ModelConfig {
-  std::string name = "gpt";  // gpt | mlp | torchscript
-  // gpt
+  std::string name = "gpt";  // gpt | llama | mlp | cnn | torchscript
+  // gpt and llama
   int64_t vocabSize = 256;   // byte-level text: 256
   int64_t blockSize = 64;    // sequence length of training windows
   int64_t layers = 2;
   int64_t heads = 4;
   int64_t embd = 64;
   double dropout = 0.0;      // GPT-2 style dropout (embeddings, attention, residuals); 0 = off
+  // gpt and llama: the output projection reads the token embedding's weight
+  // (default: true for llama, false for gpt)
+  bool tieEmbeddings = false;
+  // llama
+  int64_t kvHeads = 0;    // model.kv_heads: key/value heads (grouped-query attention); 0 = model.heads
+  int64_t ffnHidden = 0;  // model.ffn_hidden: SwiGLU width; 0 = 2/3 x 4 x embd rounded up to a multiple of 32
   // mlp
   int64_t inputDim = 784;
   int64_t hidden = 256;
@@ -63,11 +69,17 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string name = "text";  // text (byte-level windows of files under path) | synthetic | fashion_mnist
+  // text (byte-level windows of files under path) | synthetic | fashion_mnist
+  // | tokens (a pre-tokenized file of ids at path, data/TokenFile.h)
+  std::string name = "text";
   // text: a file or folder (default /usr/share/games/fortunes); fashion_mnist:
   // the folder of the IDX files (default /usr/share/datasets/fashion-mnist)
   std::string path;
   std::string evalSplit = "test";  // data.eval_split (fashion_mnist): test | train
+  // tokens: the held-out token file evaluation reads (training.eval_interval)
+  std::string evalPath;
+  // tokens: uint16 | uint32, the ids of a file without llm.c's header (one with it must agree)
+  std::string tokenDtype = "uint16";
 };
 
 struct TrainingConfig {

@@ -41,7 +41,19 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
-  data_ = std::make_unique<data::FashionMnist>(config.data.path, config.data.evalSplit, config.job.seed);
+  if (config.data.name == "tokens") {
+    auto tokens = std::make_unique<data::TokenFile>(config.data.evalPath, config.data.tokenDtype,
+                                                    config.model.blockSize, config.model.vocabSize, config.job.seed);
+    samples_ = tokens->windows();
+    slice_ = [d = tokens.get()](int64_t b, int64_t e) { return d->slice(b, e); };
+    data_ = std::move(tokens);
+    classifier_ = false;  // one loss per window (the mean over its tokens), no accuracy
+  } else {
+    auto images = std::make_unique<data::FashionMnist>(config.data.path, config.data.evalSplit, config.job.seed);
+    samples_ = images->samples();
+    slice_ = [d = images.get()](int64_t b, int64_t e) { return d->slice(b, e); };
+    data_ = std::move(images);
+  }
   // Only the stage-to-rank map of the schedule matters here (evaluateMicroBatch() runs no schedule).
   const int p = config.pipeline.stages;
   const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeSchedule("gpipe", p, 1);
@@ -55,11 +67,11 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
 EvalResult Evaluator::run() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t mbs = c_.training.microBatchSize, dp = c_.pipeline.dataParallel;
-  int64_t n = data_->samples();
+  int64_t n = samples_;
   if (c_.training.evalSamples > 0) n = std::min(n, c_.training.evalSamples);
   std::vector<pipeline::MicroBatch> mine;
   for (int64_t j = dpRank_; j < n / mbs; j += dp) {
-    auto b = data_->slice(j * mbs, (j + 1) * mbs);
+    auto b = slice_(j * mbs, (j + 1) * mbs);
     TransferScope scope(TransferScope::Kind::Data);
     mine.push_back({b.input.to(device_), b.target.to(device_)});
   }

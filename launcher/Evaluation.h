@@ -24,6 +24,7 @@
 // use those.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "launcher/Config.h"
 #include "launcher/ModelSetup.h"
 #include "launcher/data/FashionMnist.h"
+#include "launcher/data/TokenFile.h"
 #include "pipeline/StageWorker.h"
 
 namespace sluice {
@@ -60,7 +62,10 @@ class Evaluator {
   bool classifier_;  // accuracy too (not when the model returns its own loss)
   c10::Device device_;  // where the stages run (the model's device)
   Communicator dpComm_;
-  std::unique_ptr<data::FashionMnist> data_;
+  // The held-out samples: Fashion-MNIST's data.eval_split, or the token file at data.eval_path.
+  std::unique_ptr<data::Dataset> data_;
+  std::function<data::Batch(int64_t, int64_t)> slice_;  // samples [begin, end) in file order
+  int64_t samples_ = 0;
   std::vector<std::unique_ptr<pipeline::StageWorker>> workers_;  // this rank's stages, in model order
 };
 

@@ -10,8 +10,10 @@
 #include "core/Bytes.h"
 #include "core/Error.h"
 #include "launcher/data/FashionMnist.h"
+#include "launcher/data/TokenFile.h"
 #include "models/Cnn.h"
 #include "models/Gpt.h"
+#include "models/Llama.h"
 #include "models/Mlp.h"
 #include "models/TorchScript.h"
 
@@ -63,7 +65,7 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     params += in * size * size * m.classes;
     parts.push_back({"parameters, gradients and Adam state (model.channels)", 4 * f * params});
     parts.push_back({"one micro-batch's activations (training.micro_batch_size, model.channels)", f * B * act});
-  } else if (m.name == "gpt") {
+  } else if (m.name == "gpt" || m.name == "llama") {  // (llama: about the same, its MLP 3 x 2/3 of GPT's 2 x 4)
     const double V = m.vocabSize, T = m.blockSize, L = m.layers, d = m.embd, H = m.heads;
     const double params = 2 * V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d;
     parts.push_back({"parameters, gradients and Adam state (model.vocab_size, model.layers, model.embd)", 4 * f * params});
@@ -160,14 +162,34 @@ static ModelSetup makeModel(const Config& c) {
     o.heads = c.model.heads;
     o.embd = c.model.embd;
     o.dropout = c.model.dropout;
+    o.tieEmbeddings = c.model.tieEmbeddings;
     auto gpt = models::Gpt(o);
     s.module = gpt.ptr();
     s.forward = [gpt](const std::vector<torch::Tensor>& in) mutable { return gpt->forward(in.at(0)); };
-    s.tokensPerSample = o.blockSize;
+  } else if (c.model.name == "llama") {
+    models::LlamaOptions o;
+    o.vocabSize = c.model.vocabSize;
+    o.blockSize = c.model.blockSize;
+    o.layers = c.model.layers;
+    o.heads = c.model.heads;
+    o.kvHeads = c.model.kvHeads == 0 ? c.model.heads : c.model.kvHeads;
+    o.embd = c.model.embd;
+    o.hidden = c.model.ffnHidden;
+    o.dropout = c.model.dropout;
+    o.tieEmbeddings = c.model.tieEmbeddings;
+    auto llama = models::Llama(o);
+    s.module = llama.ptr();
+    s.forward = [llama](const std::vector<torch::Tensor>& in) mutable { return llama->forward(in.at(0)); };
+  }
+  if (c.model.name == "gpt" || c.model.name == "llama") {
+    const int64_t blockSize = c.model.blockSize, vocabSize = c.model.vocabSize;
+    s.tokensPerSample = blockSize;
     if (c.data.name == "text") {
-      s.dataset = std::make_unique<data::TextDataset>(c.data.path, o.blockSize, c.job.seed);
+      s.dataset = std::make_unique<data::TextDataset>(c.data.path, blockSize, c.job.seed);
+    } else if (c.data.name == "tokens") {
+      s.dataset = std::make_unique<data::TokenFile>(c.data.path, c.data.tokenDtype, blockSize, vocabSize, c.job.seed);
     } else {
-      s.dataset = std::make_unique<data::SyntheticTokens>(o.vocabSize, o.blockSize, c.job.seed);
+      s.dataset = std::make_unique<data::SyntheticTokens>(vocabSize, blockSize, c.job.seed);
     }
   } else {
     models::MlpOptions o;

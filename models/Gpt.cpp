@@ -58,7 +58,9 @@ GptImpl::GptImpl(const GptOptions& o) : options_(o) {
   blocks_ = register_module("h", nn::ModuleList());
   for (int64_t i = 0; i < o.layers; ++i) blocks_->push_back(Block(o));
   lnF_ = register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({o.embd})));
-  lmHead_ = register_module("lm_head", nn::Linear(nn::LinearOptions(o.embd, o.vocabSize).bias(false)));
+  if (!o.tieEmbeddings) {
+    lmHead_ = register_module("lm_head", nn::Linear(nn::LinearOptions(o.embd, o.vocabSize).bias(false)));
+  }
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 * layers).
   torch::NoGradGuard noGrad;
   for (auto& p : named_parameters()) {
@@ -81,7 +83,8 @@ torch::Tensor GptImpl::forward(const torch::Tensor& tokens) {
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   auto x = maybeDropout(wte_->forward(tokens) + wpe_->forward(pos), options_.dropout, is_training());
   for (auto& m : *blocks_) x = m->as<Block>()->forward(x);
-  return lmHead_->forward(lnF_->forward(x));
+  x = lnF_->forward(x);
+  return options_.tieEmbeddings ? torch::linear(x, wte_->weight) : lmHead_->forward(x);
 }
 
 }  // namespace sluice::models

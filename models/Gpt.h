@@ -1,6 +1,7 @@
 // A GPT language model (GPT-2 layout): token + position embeddings, N
 // pre-LayerNorm blocks of causal self-attention and a GELU MLP, each with a
-// residual, a final LayerNorm and an (untied) LM head.
+// residual, a final LayerNorm and an LM head (tieEmbeddings: wte's weight,
+// as GPT-2's; one parameter read by the first and the last node).
 //
 // Module paths follow GPT-2: wte, wpe, h.<i>.{ln_1,attn.c_attn,attn.c_proj,
 // ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head. With dropout > 0, GPT-2's
@@ -24,6 +25,7 @@ struct GptOptions {
   int64_t heads = 4;
   int64_t embd = 64;
   double dropout = 0.0;
+  bool tieEmbeddings = false;  // lm_head reads wte.weight (no lm_head module)
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
