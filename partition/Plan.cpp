@@ -564,6 +564,54 @@ double simulatedStepTime(const PlanSettings& st, const Profile& profile, const P
 // at one moment (pipeline::rankHoldingMoments), not the sum of the stages'.
 // The stages' budget bounds (each within its share) still hold the rank's
 // peak within memory.budget_mb; this is the prediction.
+// Note [communication buffers]: while a rank runs an action, the receives
+// of its next compute action are already posted (pipeline::runStep posts
+// them ahead, into buffers of the boundary's size), and the sends of its
+// previous compute action may still hold their tensors (a send above MPI's
+// eager limit completes only when the peer takes it). Neither is a stage's
+// saved tensor, so the holding moments alone miss them: measured, a rank of
+// interleaved-zb peaked one boundary tensor (16-32 KiB) above that
+// prediction, by turns, run to run. Per action of the rank: the previous
+// compute action's sends and the next one's receives (boundaryBytes: a
+// stage's inputs; its outputs are the next stage's inputs, and gradients
+// have the size of the values they belong to).
+std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, int rank, const Partition& part) {
+  using pipeline::ActionKind;
+  std::map<int, int64_t> inputBytes;
+  for (auto& s : part.stages) inputBytes[s.stage] = s.boundaryBytes;
+  auto bytesOf = [&](int stage) { return inputBytes.count(stage) ? inputBytes.at(stage) : int64_t{0}; };
+  const int last = schedule.stages - 1;
+  auto backward = [](const pipeline::Action& a) {
+    return a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput;
+  };
+  auto sends = [&](const pipeline::Action& a) -> int64_t {
+    if (a.kind == ActionKind::Forward) return a.stage < last ? bytesOf(a.stage + 1) : 0;
+    return backward(a) && a.stage > 0 ? bytesOf(a.stage) : 0;
+  };
+  auto receives = [&](const pipeline::Action& a) -> int64_t {
+    if (a.kind == ActionKind::Forward) return a.stage > 0 ? bytesOf(a.stage) : 0;
+    return backward(a) && a.stage < last ? bytesOf(a.stage + 1) : 0;
+  };
+  auto compute = [&](const pipeline::Action& a) {
+    return a.kind == ActionKind::Forward || backward(a) || a.kind == ActionKind::BackwardWeight;
+  };
+  const auto& actions = schedule.actions.at(rank);
+  std::vector<int64_t> out(actions.size(), 0);
+  int64_t pendingSends = 0;  // of the last compute action before x
+  for (size_t x = 0; x < actions.size(); ++x) {
+    int64_t posted = 0;
+    for (size_t y = x + 1; y < actions.size(); ++y) {
+      if (compute(actions[y])) {
+        posted = receives(actions[y]);
+        break;
+      }
+    }
+    out[x] = pendingSends + posted;
+    if (compute(actions[x])) pendingSends = sends(actions[x]);
+  }
+  return out;
+}
+
 void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
                   const std::optional<pipeline::ScheduleCosts>& costs) {
   const auto schedule =
@@ -580,10 +628,11 @@ void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
       fixed += s.staticBytes;
       window = std::max(window, s.windowBytes);
     }
-    for (auto& [acting, moment] : pipeline::rankHoldingMoments(schedule, rank)) {
-      int64_t now = mine.at(acting)->transientBytes;
+    const auto buffers = communicationBuffers(schedule, rank, part);  // Note [communication buffers]
+    for (const auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
+      int64_t now = mine.at(moment.acting)->transientBytes + buffers.at(moment.action);
       for (auto& [index, s] : mine) {
-        const auto& m = moment.at(index);
+        const auto& m = moment.mix.at(index);
         now += m.beforeInput * s->heldBytes + m.beforeWeight * s->heldWeightBytes + (m.capturing ? s->capturedBytes : 0);
       }
       peak = std::max(peak, now);

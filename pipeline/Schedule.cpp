@@ -435,24 +435,25 @@ std::vector<int> peakAwaitingBackward(const Schedule& s) {
 namespace {
 
 // Walks actions (of one stage, or of a rank's stages), calling
-// moment(state, acting stage) before and after each action and at the end of
-// each BackwardInput.
+// moment(state, acting stage, action index) before and after each action and
+// at the end of each BackwardInput.
 template <typename Moment>
 void walkHolding(const std::vector<Action>& actions, int stages, Moment moment) {
   std::vector<HoldingMix> state(stages);
-  for (auto& a : actions) {
+  for (size_t x = 0; x < actions.size(); ++x) {
+    const auto& a = actions[x];
     auto& h = state[a.stage];
-    moment(state, a.stage);
+    moment(state, a.stage, x);
     if (a.kind == ActionKind::BackwardInput) {
       h.capturing = true;
-      moment(state, a.stage);
+      moment(state, a.stage, x);
       h.capturing = false;
       --h.beforeInput, ++h.beforeWeight;
     }
     if (a.kind == ActionKind::Forward) ++h.beforeInput;
     if (a.kind == ActionKind::Backward) --h.beforeInput;
     if (a.kind == ActionKind::BackwardWeight) --h.beforeWeight;
-    moment(state, a.stage);
+    moment(state, a.stage, x);
   }
 }
 
@@ -465,7 +466,7 @@ std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& s) {
   };
   for (int st = 0; st < s.stages; ++st) {
     auto& mixes = out[st];
-    walkHolding(s.stageActions(st), s.stages, [&](const std::vector<HoldingMix>& state, int) {
+    walkHolding(s.stageActions(st), s.stages, [&](const std::vector<HoldingMix>& state, int, size_t) {
       const HoldingMix now = state[st];
       if (std::any_of(mixes.begin(), mixes.end(), [&](auto& m) { return covers(m, now); })) return;
       mixes.erase(std::remove_if(mixes.begin(), mixes.end(), [&](auto& m) { return covers(now, m); }), mixes.end());
@@ -475,10 +476,11 @@ std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& s) {
   return out;
 }
 
-std::vector<std::pair<int, std::vector<HoldingMix>>> rankHoldingMoments(const Schedule& s, int rank) {
-  std::vector<std::pair<int, std::vector<HoldingMix>>> out;
-  walkHolding(s.actions.at(rank), s.stages,
-              [&](const std::vector<HoldingMix>& state, int acting) { out.emplace_back(acting, state); });
+std::vector<HoldingMoment> rankHoldingMoments(const Schedule& s, int rank) {
+  std::vector<HoldingMoment> out;
+  walkHolding(s.actions.at(rank), s.stages, [&](const std::vector<HoldingMix>& state, int acting, size_t action) {
+    out.push_back({acting, action, state});
+  });
   return out;
 }
 

@@ -171,9 +171,14 @@ struct HoldingMix {
 // end of each BackwardInput, keeping only those no other covers in every count.
 std::vector<std::vector<HoldingMix>> holdingMixes(const Schedule& schedule);
 // The same moments for one rank's stages together, in its action order: per
-// moment, the stage whose action runs then and one HoldingMix per stage of
-// the schedule (zero for other ranks').
-std::vector<std::pair<int, std::vector<HoldingMix>>> rankHoldingMoments(const Schedule& schedule, int rank);
+// moment, the stage whose action runs then, that action's index in the
+// rank's list, and one HoldingMix per stage of the schedule (zero for other ranks').
+struct HoldingMoment {
+  int acting = 0;
+  size_t action = 0;
+  std::vector<HoldingMix> mix;
+};
+std::vector<HoldingMoment> rankHoldingMoments(const Schedule& schedule, int rank);
 // Micro-batches between their BackwardInput and BackwardWeight, at most, per
 // stage (they also hold the output gradients W re-enters with). 0 when whole.
 std::vector<int> peakWeightPending(const Schedule& schedule);

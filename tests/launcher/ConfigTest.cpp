@@ -124,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "training.steps: expected an integer, got 'many'"},
         Malformed{"heads do not divide embd", {"model.heads=3"}, nullptr,
                   "model.embd (32) must be divisible by model.heads (3)"},
-        Malformed{"unknown model", {"model.name=resnet"}, nullptr, "model.name must be gpt, mlp, torchscript or cnn"},
+        Malformed{"unknown model", {"model.name=resnet"}, nullptr, "model.name must be gpt, llama, mlp, torchscript or cnn"},
         Malformed{"cnn without blocks", {"model.name=cnn", "data.name=fashion_mnist", "model.channels=[]"}, nullptr,
                   "model.channels must list 1 to 4 block widths"},
         Malformed{"torchscript without a file", {"model.name=torchscript"}, nullptr,
