@@ -383,6 +383,14 @@ void validate(Config& c) {
     require(std::filesystem::exists(c.data.path),
             "data.path '" + c.data.path + "' does not exist (install the 'fortunes' package or name a text file or folder)");
   }
+  require(in(c.training.precision, {"fp32", "bf16", "fp16"}),
+          "training.precision must be fp32, bf16 or fp16, got '" + c.training.precision + "'");
+  require(c.training.precision != "fp16",
+          std::string("training.precision fp16 ") +
+              (c.job.device == DeviceKind::Cpu
+                   ? "needs job.device: cuda (fp16 needs loss scaling, which Sluice does only on GPUs), and is not "
+                     "built yet; use bf16 (same memory, no loss scaling)"
+                   : "is not built yet (it needs dynamic loss scaling); use bf16 (same memory, no loss scaling)"));
   auto& t = c.training;
   require(t.steps >= 1, "training.steps must be >= 1, got " + std::to_string(t.steps));
   require(t.globalBatchSize >= 1, "training.global_batch_size must be >= 1, got " + std::to_string(t.globalBatchSize));
@@ -595,6 +603,7 @@ Config parse(const YAML::Node& root) {
   training.get("global_batch_size", c.training.globalBatchSize);
   training.get("micro_batch_size", c.training.microBatchSize);
   training.get("nan_policy", c.training.nanPolicy);
+  training.get("precision", c.training.precision);
   training.get("eval_interval", c.training.evalInterval);
   training.get("eval_samples", c.training.evalSamples);
   training.finish();
@@ -748,7 +757,8 @@ std::string Config::toYaml() const {
     << data.tokenDtype << YAML::EndMap;
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
     << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
-    << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "nan_policy" << YAML::Value
+    << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "precision" << YAML::Value
+    << training.precision << YAML::Key << "nan_policy" << YAML::Value
     << training.nanPolicy << YAML::Key << "eval_interval" << YAML::Value << training.evalInterval << YAML::Key
     << "eval_samples" << YAML::Value << training.evalSamples << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value

@@ -1,5 +1,7 @@
 #include "launcher/ModelSetup.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,6 +101,13 @@ ModelSetup makeModelSetup(const Config& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s = makeModel(c);
+  if (c.training.precision == "bf16") {
+    s.computeType = c10::kBFloat16;
+    // The loss in float32 (logits may leave the graph in bfloat16).
+    s.loss = [inner = s.loss](const torch::Tensor& out, const torch::Tensor& target) {
+      return inner(out.scalar_type() == c10::kBFloat16 ? out.to(c10::kFloat) : out, target);
+    };
+  }
   if (!s.setTraining) {
     auto module = s.module;
     s.setTraining = [module](bool on) { module->train(on); };
@@ -225,10 +234,44 @@ void ModelSetup::toDevice(const c10::Device& where) {
   if (!where.is_cpu()) module->to(where);
 }
 
+namespace {
+
+// Autocast on for one device type while in scope (Note [bf16 by capture]),
+// without its weight cache: the cache would outlive the capture.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType type, c10::ScalarType dtype)
+      : type_(type),
+        enabled_(at::autocast::is_autocast_enabled(type)),
+        dtype_(at::autocast::get_autocast_dtype(type)),
+        cache_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(false);
+    at::autocast::set_autocast_dtype(type, dtype);
+    at::autocast::set_autocast_enabled(type, true);
+  }
+  ~AutocastScope() {
+    at::autocast::set_autocast_enabled(type_, enabled_);
+    at::autocast::set_autocast_dtype(type_, dtype_);
+    at::autocast::set_autocast_cache_enabled(cache_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool enabled_;
+  c10::ScalarType dtype_;
+  bool cache_;
+};
+
+}  // namespace
+
 OpGraph ModelSetup::capture(int64_t microBatchSize) const {
   const auto examples = dataInputs(dataset->batch(0, microBatchSize));
   std::vector<NamedTensor> named;
   for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i].to(device)});
+  if (computeType == c10::kFloat) return sluice::capture(*module, forward, named);
+  AutocastScope autocast(device.type(), computeType);
   return sluice::capture(*module, forward, named);
 }
 

@@ -25,6 +25,17 @@ struct ModelSetup {
   std::function<void(bool)> setTraining;         // train / eval mode of the model (BatchNorm, dropout)
   bool targetsAreInputs = false;                 // model.loss: none: forward(input, targets) returns the loss
   c10::Device device = c10::Device(c10::kCPU);   // where the module lives (toDevice)
+  // training.precision: the autocast dtype the forward is captured under
+  // (float: none). Note [bf16 by capture]: the tracer sits below autocast in
+  // the dispatcher, so a forward traced under autocast records autocast's
+  // casts as graph nodes (aten::to into bfloat16 before each matrix product,
+  // back to float32 for the ops autocast keeps in float32). The graph then
+  // runs as it is, autocast off, everywhere it runs: stages, profiler,
+  // recompute, evaluation. Its saved tensors are the bfloat16 ones the
+  // profile measures, parameters stay float32 (the casts' backward returns
+  // float32 gradients: AdamW and DistAdam update float32 masters), and
+  // every layout runs the same ops, so layouts stay exact as in float32.
+  c10::ScalarType computeType = c10::kFloat;
 
   // Moves the module's parameters and buffers to `device`; capture() then
   // traces there (a traced graph fixes the device of the tensors it makes).

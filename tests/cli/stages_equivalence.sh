@@ -42,8 +42,23 @@ train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set
 # norm], optim/GradClip.h), so 2 stages under zb-h1 clip bitwise like 1 stage.
 train clip_one --set pipeline.stages=1 --set optimizer.clip_grad_norm=0.2
 train clip_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set optimizer.clip_grad_norm=0.2
+# bf16 (Note [bf16 by capture], launcher/ModelSetup.h): autocast's casts are graph nodes, so 2
+# stages under zb-h1 run the 1-stage ops exactly; 2 x 2 (DistAdam) within 5e-5: the replica average
+# rounds a float32 weight 1 ulp apart from one process's sum (~1e-7, as in float32), and the next
+# forward's cast to bfloat16 can turn that into 1 bfloat16 ulp (2^-8) of the element, so the loss
+# moves ~1e-5 where float32 moves ~1e-7.
+train bf16_one --set pipeline.stages=1 --set training.precision=bf16
+train bf16_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set training.precision=bf16
+train bf16_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks --set training.precision=bf16
 
 compare_losses "$TMP/one" "$TMP/two" 10 0
+compare_losses "$TMP/bf16_one" "$TMP/bf16_zb" 10 0
+compare_losses "$TMP/bf16_one" "$TMP/bf16_two_by_two" 10 5e-5
+[ "$(losses "$TMP/one/metrics.jsonl" | head -1)" != "$(losses "$TMP/bf16_one/metrics.jsonl" | head -1)" ] ||
+  fail "bf16 gives the float32 loss at step 0: no matrix product ran in bfloat16"
+nodes() { sed -n 's/.*graph  *\([0-9]*\) nodes.*/\1/p' "$TMP/$1/logs/rank_0.log" | head -1; }
+[ "$(nodes bf16_one)" -gt "$(nodes one)" ] || fail "the bf16 graph ($(nodes bf16_one) nodes) has no casts beyond float32's ($(nodes one))"
 compare_losses "$TMP/clip_one" "$TMP/clip_zb" 10 0
 diff <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_one/metrics.jsonl") <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_zb/metrics.jsonl") ||
   fail "clip_one and clip_zb log different grad_norm"
@@ -88,4 +103,4 @@ grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, i
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1 (also clipping gradients), interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6"
+echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1 (also clipping gradients, also in bf16), interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6"

@@ -94,6 +94,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Malformed{"unknown key", {"pipeline.stagez=2"}, nullptr, "unknown key 'pipeline.stagez'"},
         Malformed{"unknown section", {"trainer.steps=2"}, nullptr, "unknown section 'trainer'"},
+        Malformed{"unknown precision", {"training.precision=fp8"}, nullptr,
+                  "training.precision must be fp32, bf16 or fp16, got 'fp8'"},
+        Malformed{"fp16 on a CPU job", {"training.precision=fp16"}, nullptr,
+                  "training.precision fp16 needs job.device: cuda"},
         Malformed{"negative clipping norm", {"optimizer.clip_grad_norm=-1"}, nullptr,
                   "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got -1"},
         Malformed{"batch does not divide", {"training.global_batch_size=10"}, nullptr,
