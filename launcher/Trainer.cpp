@@ -516,6 +516,13 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   if (dpRank_ == 0) {
     state.tensors = stageTensors();
     for (size_t i = 0; i < trainableNames_.size(); ++i) state.adam[trainableNames_[i]] = adam[i];
+    // A tied weight is stored once, by its first holder (Note [tied parameters]:
+    // the copies are bitwise equal); loading finds it by name in any rank's file.
+    for (auto& [name, ranks] : tiedRanks_) {
+      if (ranks.front() == stageIndex_) continue;
+      state.tensors.erase(name);
+      state.adam.erase(name);
+    }
   }
   {
     auto gen = at::detail::getDefaultCPUGenerator();

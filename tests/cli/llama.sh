@@ -10,7 +10,7 @@
 #   accumulates its two parts within each micro-batch (~1e-7 apart);
 # - configs/llama_tokens.yaml's model learns: eval loss on the held-out file
 #   falls by more than 0.5 nats in 60 steps;
-# - a resume from a checkpoint continues bitwise;
+# - a resume from a checkpoint continues bitwise, the tied weight stored once in it;
 # - GPT with model.tie_embeddings on 2 stages equals 1 stage within 1e-5;
 # - bad token files and keys: a clear message, a non-zero exit, nothing written.
 source "$(dirname "$0")/lib.sh"
@@ -53,11 +53,27 @@ read -r first _ last <<<"$evals"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.5) }' ||
   fail "eval loss did not fall clearly: $evals"
 echo "ok: llama on BPE tokens (2 stages, zb-h1): eval_loss after steps 20, 40, 60: $evals"
+# The tied embedding is stored once in the checkpoint (by stage 0's rank), as in one process.
+"$PY" - "$TMP/learn/checkpoints/step_00000030/manifest.yaml" <<'PY' || fail "the tied weight is not stored once"
+import sys, yaml
+m = yaml.safe_load(open(sys.argv[1]))
+holders = [f["name"] for f in m["files"] if "tok_embeddings.weight" in f["tensors"]]
+assert len(holders) == 1, holders
+print(f"ok: tok_embeddings.weight stored once in the checkpoint ({holders[0]})")
+PY
 train resumed "${learn[@]}" --set checkpoint.resume="$TMP/learn/checkpoints/step_00000030"
 grep -q "resumed from .*step_00000030 at step 30" "$TMP/resumed/logs/rank_0.log" || fail "did not resume at step 30"
 diff <(losses "$TMP/learn/metrics.jsonl" | tail -30) <(losses "$TMP/resumed/metrics.jsonl") >/dev/null ||
   fail "the resumed run's losses differ from the uninterrupted run's"
 echo "ok: resumed at step 30: 30 losses bitwise equal to the uninterrupted run's"
+# Into another layout: 1 stage reads the tied weight from stage 0's file.
+train resumed_one "${learn[@]}" --set pipeline.stages=1 --set checkpoint.resume="$TMP/learn/checkpoints/step_00000030"
+grep -q "resumed from .*step_00000030 at step 30 (another layout" "$TMP/resumed_one/logs/rank_0.log" ||
+  fail "resumed_one did not resume into another layout"
+paste <(losses "$TMP/learn/metrics.jsonl" | tail -30) <(losses "$TMP/resumed_one/metrics.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; n++ }
+  END { printf "resumed into 1 stage vs 2 stages: %d steps, max relative difference %g\n", n, max; exit (n != 30 || max > 1e-5) }' ||
+  fail "the run resumed into 1 stage differs from the 2-stage run"
 
 # GPT with tied embeddings (lm_head reads wte.weight) on 2 stages: 1 stage's losses.
 gpt=("${small[@]}" --set model.name=gpt --set model.tie_embeddings=true --set model.kv_heads=0)
