@@ -30,6 +30,7 @@ for p in fp32 bf16; do
   "$sluice" partition "$root/configs/quickstart.yaml" --profile "$tmp/profile_$p.pb" -o "$tmp/plan_$p.pb" "${shape[@]}" \
     --set training.precision=$p >"$tmp/plan_$p.log" 2>&1 || { cat "$tmp/plan_$p.log" >&2; exit 1; }
 done
+losses_last() { grep -o '"loss": [^,}]*' "$1" | tail -1 | awk '{print $2}'; }
 run() {  # precision round -> "step_time peak_stage0 peak_stage1 last_loss"
   local out="$tmp/run_$1_$2"
   "$sluice" train "$root/configs/quickstart.yaml" "${shape[@]}" --set training.precision="$1" \
@@ -41,7 +42,6 @@ run() {  # precision round -> "step_time peak_stage0 peak_stage1 last_loss"
     { for (i = 2; i <= NF; ++i) if ($i > m[i]) m[i] = $i } END { print m[2], m[3] }')
   echo "$(median_step_time "$out/metrics.jsonl") $peaks $(losses_last "$out/metrics.jsonl")"
 }
-losses_last() { grep -o '"loss": [^,}]*' "$1" | tail -1 | awk '{print $2}'; }
 results="$tmp/results"
 : >"$results"
 for r in $(seq 1 "$rounds"); do

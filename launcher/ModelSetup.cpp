@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
@@ -163,8 +164,8 @@ static ModelSetup makeModel(const Config& c) {
     s.loss = crossEntropy;
     return s;
   }
-  if (c.model.name == "gpt") {
-    models::GptOptions o;
+  // The keys GPT and Llama share.
+  auto languageModel = [&c](auto& o) {
     o.vocabSize = c.model.vocabSize;
     o.blockSize = c.model.blockSize;
     o.layers = c.model.layers;
@@ -172,20 +173,18 @@ static ModelSetup makeModel(const Config& c) {
     o.embd = c.model.embd;
     o.dropout = c.model.dropout;
     o.tieEmbeddings = c.model.tieEmbeddings;
+  };
+  if (c.model.name == "gpt") {
+    models::GptOptions o;
+    languageModel(o);
     auto gpt = models::Gpt(o);
     s.module = gpt.ptr();
     s.forward = [gpt](const std::vector<torch::Tensor>& in) mutable { return gpt->forward(in.at(0)); };
   } else if (c.model.name == "llama") {
     models::LlamaOptions o;
-    o.vocabSize = c.model.vocabSize;
-    o.blockSize = c.model.blockSize;
-    o.layers = c.model.layers;
-    o.heads = c.model.heads;
+    languageModel(o);
     o.kvHeads = c.model.kvHeads == 0 ? c.model.heads : c.model.kvHeads;
-    o.embd = c.model.embd;
     o.hidden = c.model.ffnHidden;
-    o.dropout = c.model.dropout;
-    o.tieEmbeddings = c.model.tieEmbeddings;
     auto llama = models::Llama(o);
     s.module = llama.ptr();
     s.forward = [llama](const std::vector<torch::Tensor>& in) mutable { return llama->forward(in.at(0)); };
@@ -270,8 +269,8 @@ OpGraph ModelSetup::capture(int64_t microBatchSize) const {
   const auto examples = dataInputs(dataset->batch(0, microBatchSize));
   std::vector<NamedTensor> named;
   for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i].to(device)});
-  if (computeType == c10::kFloat) return sluice::capture(*module, forward, named);
-  AutocastScope autocast(device.type(), computeType);
+  std::optional<AutocastScope> autocast;
+  if (computeType != c10::kFloat) autocast.emplace(device.type(), computeType);
   return sluice::capture(*module, forward, named);
 }
 

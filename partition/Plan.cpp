@@ -592,22 +592,19 @@ std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, in
     if (a.kind == ActionKind::Forward) return a.stage > 0 ? bytesOf(a.stage) : 0;
     return backward(a) && a.stage < last ? bytesOf(a.stage + 1) : 0;
   };
-  auto compute = [&](const pipeline::Action& a) {
-    return a.kind == ActionKind::Forward || backward(a) || a.kind == ActionKind::BackwardWeight;
-  };
   const auto& actions = schedule.actions.at(rank);
   std::vector<int64_t> out(actions.size(), 0);
   int64_t pendingSends = 0;  // of the last compute action before x
   for (size_t x = 0; x < actions.size(); ++x) {
     int64_t posted = 0;
     for (size_t y = x + 1; y < actions.size(); ++y) {
-      if (compute(actions[y])) {
+      if (pipeline::isCompute(actions[y])) {
         posted = receives(actions[y]);
         break;
       }
     }
     out[x] = pendingSends + posted;
-    if (compute(actions[x])) pendingSends = sends(actions[x]);
+    if (pipeline::isCompute(actions[x])) pendingSends = sends(actions[x]);
   }
   return out;
 }

@@ -432,6 +432,11 @@ std::vector<int> peakAwaitingBackward(const Schedule& s) {
   return peakOpen(s, ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardInput);
 }
 
+bool isCompute(const Action& a) {
+  return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput ||
+         a.kind == ActionKind::BackwardWeight;
+}
+
 namespace {
 
 // Walks actions (of one stage, or of a rank's stages), calling

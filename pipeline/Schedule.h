@@ -44,6 +44,11 @@ struct Action {
   }
 };
 
+// A forward or a piece of backward (B, Bi or W): what a rank computes, as
+// opposed to its sends and receives. runStep posts the receives of the next
+// one while one runs (Note [communication buffers], partition/Plan.cpp).
+bool isCompute(const Action& a);
+
 struct Schedule {
   std::string name;
   int stages = 1;  // model chunks, in model order

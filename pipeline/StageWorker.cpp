@@ -287,11 +287,7 @@ std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked) {
   return {"?", "compute"};
 }
 
-bool isBackwardPiece(const Action& a) {
-  return a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput || a.kind == ActionKind::BackwardWeight;
-}
-
-bool isCompute(const Action& a) { return a.kind == ActionKind::Forward || isBackwardPiece(a); }
+bool isBackwardPiece(const Action& a) { return isCompute(a) && a.kind != ActionKind::Forward; }
 
 }  // namespace
 
