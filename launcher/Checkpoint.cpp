@@ -62,6 +62,10 @@ std::string manifestYaml(const Manifest& m, const std::vector<std::string>& file
   e << YAML::Key << "lr" << YAML::Value << m.lr;
   e << YAML::Key << "samples_seen" << YAML::Value << m.samplesSeen;
   e << YAML::Key << "plan_checksum" << YAML::Value << m.planChecksum;
+  if (m.lossScale > 0) {
+    e << YAML::Key << "loss_scale" << YAML::Value << m.lossScale;
+    e << YAML::Key << "loss_scale_good_steps" << YAML::Value << m.lossScaleGoodSteps;
+  }
   e << YAML::Key << "graph_hash" << YAML::Value << m.layout.graphHash;
   e << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   for (auto& [k, v] : m.layout.model) e << YAML::Key << k << YAML::Value << v;
@@ -139,6 +143,8 @@ std::string saveCheckpoint(const std::string& dir, const CheckpointInfo& info, c
     m.step = step;
     m.lr = info.lr;
     m.samplesSeen = info.samplesSeen;
+    m.lossScale = info.lossScale;
+    m.lossScaleGoodSteps = info.lossScaleGoodSteps;
     m.layout = layout;
     if (!info.planBytes.empty()) {
       writeFileDurably((target / "plan.pb").string(), info.planBytes);
@@ -187,6 +193,10 @@ Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current
     m.lr = root["lr"].as<double>();
     m.samplesSeen = root["samples_seen"].as<int64_t>();
     m.planChecksum = root["plan_checksum"] ? root["plan_checksum"].as<std::string>() : "";
+    if (root["loss_scale"]) {
+      m.lossScale = root["loss_scale"].as<double>();
+      m.lossScaleGoodSteps = root["loss_scale_good_steps"].as<int64_t>();
+    }
     m.version = root["sluice"].as<std::string>();
     m.layout.graphHash = root["graph_hash"].as<std::string>();
     for (auto it = root["model"].begin(); it != root["model"].end(); ++it) {

@@ -73,6 +73,8 @@ struct Manifest {
   double lr = 0;              // the learning rate of the last step done (informative)
   int64_t samplesSeen = 0;    // the data position: samples consumed (informative; data is indexed by step)
   std::string planChecksum;   // of plan.pb; "" when the job had no plan
+  double lossScale = 0;       // fp16's loss scale after the step (optim::LossScaler); 0: none
+  int64_t lossScaleGoodSteps = 0;
   std::string version;
   CheckpointLayout layout;
   std::vector<CheckpointFile> files;
@@ -84,6 +86,8 @@ struct CheckpointInfo {
   double lr = 0;
   int64_t samplesSeen = 0;
   std::string planBytes;  // the job's plan (Plan::toBytes), "" when none
+  double lossScale = 0;   // fp16: the loss scaler's state (0: none)
+  int64_t lossScaleGoodSteps = 0;
 };
 
 // Writes step_<step> under dir (collective over world; `state` is this rank's

@@ -17,6 +17,7 @@
 #include "core/SystemInfo.h"
 #include "launcher/data/FashionMnist.h"
 #include "launcher/data/TokenFile.h"
+#include "optim/LossScaler.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice {
@@ -385,12 +386,17 @@ void validate(Config& c) {
   }
   require(in(c.training.precision, {"fp32", "bf16", "fp16"}),
           "training.precision must be fp32, bf16 or fp16, got '" + c.training.precision + "'");
-  require(c.training.precision != "fp16",
-          std::string("training.precision fp16 ") +
-              (c.job.device == DeviceKind::Cpu
-                   ? "needs job.device: cuda (fp16 needs loss scaling, which Sluice does only on GPUs), and is not "
-                     "built yet; use bf16 (same memory, no loss scaling)"
-                   : "is not built yet (it needs dynamic loss scaling); use bf16 (same memory, no loss scaling)"));
+  require(c.training.precision != "fp16" || c.job.device == DeviceKind::Cuda,
+          "training.precision fp16 needs job.device: cuda (float16 training needs loss scaling and fast float16 "
+          "kernels, which Sluice uses on GPUs only); on this device use bf16 (the same memory, no loss scaling)");
+  require(optim::isLossScale(c.training.lossScale),
+          "training.loss_scale must be a power of two >= 1 (e.g. 65536 = 2^16), got " + shortNumber(c.training.lossScale));
+  require(c.training.lossScaleWindow >= 1,
+          "training.loss_scale_window must be >= 1, got " + std::to_string(c.training.lossScaleWindow));
+  require(c.training.precision == "fp16" || (c.training.lossScale == TrainingConfig{}.lossScale &&
+                                              c.training.lossScaleWindow == TrainingConfig{}.lossScaleWindow),
+          "training.loss_scale and training.loss_scale_window are for training.precision: fp16 (loss scaling); "
+          "precision is " + c.training.precision + ": remove them");
   auto& t = c.training;
   require(t.steps >= 1, "training.steps must be >= 1, got " + std::to_string(t.steps));
   require(t.globalBatchSize >= 1, "training.global_batch_size must be >= 1, got " + std::to_string(t.globalBatchSize));
@@ -604,6 +610,8 @@ Config parse(const YAML::Node& root) {
   training.get("micro_batch_size", c.training.microBatchSize);
   training.get("nan_policy", c.training.nanPolicy);
   training.get("precision", c.training.precision);
+  training.get("loss_scale", c.training.lossScale);
+  training.get("loss_scale_window", c.training.lossScaleWindow);
   training.get("eval_interval", c.training.evalInterval);
   training.get("eval_samples", c.training.evalSamples);
   training.finish();
@@ -758,7 +766,8 @@ std::string Config::toYaml() const {
   e << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "steps" << YAML::Value
     << training.steps << YAML::Key << "global_batch_size" << YAML::Value << training.globalBatchSize << YAML::Key
     << "micro_batch_size" << YAML::Value << training.microBatchSize << YAML::Key << "precision" << YAML::Value
-    << training.precision << YAML::Key << "nan_policy" << YAML::Value
+    << training.precision << YAML::Key << "loss_scale" << YAML::Value << training.lossScale << YAML::Key
+    << "loss_scale_window" << YAML::Value << training.lossScaleWindow << YAML::Key << "nan_policy" << YAML::Value
     << training.nanPolicy << YAML::Key << "eval_interval" << YAML::Value << training.evalInterval << YAML::Key
     << "eval_samples" << YAML::Value << training.evalSamples << YAML::EndMap;
   e << YAML::Key << "pipeline" << YAML::Value << YAML::BeginMap << YAML::Key << "stages" << YAML::Value

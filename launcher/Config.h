@@ -90,10 +90,15 @@ struct TrainingConfig {
   // points) | skip (a step whose gradients are not finite anywhere is dropped
   // on every rank and counted in metrics; checked every step)
   std::string nanPolicy = "abort";
-  // training.precision: fp32 | bf16 (the forward captured under autocast:
+  // training.precision: fp32 | bf16 | fp16 (the forward captured under autocast:
   // matrix products in bfloat16, float32 weights, gradients, optimizer state,
   // loss; launcher/ModelSetup.h, Note [bf16 by capture])
   std::string precision = "fp32";
+  // fp16 only (CUDA): dynamic loss scaling (optim/LossScaler.h, Note [fp16
+  // loss scaling]). training.loss_scale: the first scale, a power of two;
+  // training.loss_scale_window: applied steps in a row before it doubles.
+  double lossScale = 65536;
+  int64_t lossScaleWindow = 2000;
   // training.eval_interval: every this many steps (and after the last), a
   // forward-only pass over data.eval_split logs eval_loss / eval_accuracy; 0 = off
   int64_t evalInterval = 0;

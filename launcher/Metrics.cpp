@@ -103,6 +103,10 @@ void MetricsWriter::flush() {
     } else if (r.gradNorm.defined()) {
       out_ << ", \"grad_norm\": null";  // not finite (JSON has no NaN)
     }
+    if (r.lossScale > 0) {
+      std::snprintf(line, sizeof(line), ", \"loss_scale\": %.0f", r.lossScale);
+      out_ << line;
+    }
     if (!r.stagePeakBytes.empty()) {
       out_ << ", \"peak_bytes\": [";
       for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) out_ << (i ? ", " : "") << r.stagePeakBytes[i];
@@ -116,6 +120,7 @@ void MetricsWriter::flush() {
       tb_->scalar("samples_per_s", r.samples / r.stepTimeSeconds, r.step);
       if (r.tokens > 0) tb_->scalar("tokens_per_s", r.tokens / r.stepTimeSeconds, r.step);
       if (r.gradNorm.defined()) tb_->scalar("grad_norm", gradNorm, r.step);
+      if (r.lossScale > 0) tb_->scalar("loss_scale", r.lossScale, r.step);
       for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) {
         tb_->scalar("peak_bytes/stage_" + std::to_string(i), static_cast<double>(r.stagePeakBytes[i]), r.step);
       }

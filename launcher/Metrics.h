@@ -29,6 +29,7 @@ struct StepRecord {
   // optimizer.clip_grad_norm: the global gradient norm before clipping (a
   // scalar read at flush()); undefined: not clipped (off, or a skipped step).
   torch::Tensor gradNorm;
+  double lossScale = 0;  // training.precision fp16: the step's loss scale; 0: none
 };
 
 class MetricsWriter {

@@ -102,11 +102,11 @@ ModelSetup makeModelSetup(const Config& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s = makeModel(c);
-  if (c.training.precision == "bf16") {
-    s.computeType = c10::kBFloat16;
-    // The loss in float32 (logits may leave the graph in bfloat16).
-    s.loss = [inner = s.loss](const torch::Tensor& out, const torch::Tensor& target) {
-      return inner(out.scalar_type() == c10::kBFloat16 ? out.to(c10::kFloat) : out, target);
+  if (c.training.precision != "fp32") {
+    s.computeType = c.training.precision == "bf16" ? c10::kBFloat16 : c10::kHalf;
+    // The loss in float32 (logits may leave the graph in the compute dtype).
+    s.loss = [inner = s.loss, low = s.computeType](const torch::Tensor& out, const torch::Tensor& target) {
+      return inner(out.scalar_type() == low ? out.to(c10::kFloat) : out, target);
     };
   }
   if (!s.setTraining) {

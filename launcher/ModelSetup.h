@@ -35,6 +35,8 @@ struct ModelSetup {
   // profile measures, parameters stay float32 (the casts' backward returns
   // float32 gradients: AdamW and DistAdam update float32 masters), and
   // every layout runs the same ops, so layouts stay exact as in float32.
+  // fp16 is captured the same way (CUDA autocast into float16); its
+  // gradients are loss-scaled (Note [fp16 loss scaling], optim/LossScaler.h).
   c10::ScalarType computeType = c10::kFloat;
 
   // Moves the module's parameters and buffers to `device`; capture() then

@@ -42,6 +42,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+std::string scaleText(double scale) {  // a loss scale: a power of two, >= 1
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f", scale);
+  return text;
+}
+
 
 // Does some stage of this rank carry out a memory plan?
 bool hasMemoryPlan(const pipeline::RankWorker& worker) {
@@ -153,8 +159,17 @@ void Trainer::setUp() {
   device_ = rankDevice(c_.job.device, place_.localRank);
   useDevice(device_);
   if (device_.is_cuda()) {
+    if (rank_ == 0) log::info("device: " + device_.str() + " (job.device cuda; precision " + c_.training.precision + ")");
     transfers::setMode(c_.logging.transferGuard);
     transfers::installHook();
+    // Exact first (the correctness contract): on a GPU some backward kernels add
+    // with atomics in any order (embedding's, index_add's); their
+    // deterministic variants make runs and layouts comparable bitwise.
+    // cuBLAS is deterministic on one stream; the workspace setting keeps it
+    // so and silences PyTorch's warning. warn_only: an op without a
+    // deterministic kernel still runs, with PyTorch's warning naming it.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
   }
   setup_ = makeModelSetup(c_);
   {
@@ -238,6 +253,7 @@ void Trainer::plan() {
     }
     clip_.emplace(c_.optimizer.clipGradNorm, std::move(globalIndex), static_cast<int64_t>(index.size()));
   }
+  if (c_.training.precision == "fp16") lossScaler_.emplace(c_.training.lossScale, c_.training.lossScaleWindow);
   SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != "dist_adam" || c_.optimizer.distAdamMode != "hooks",
                ConfigError,
                "config error: " << tiedRanks_.front().first << " is read by stages on several pipeline ranks (tied "
@@ -450,6 +466,12 @@ void Trainer::restore() {
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(state.rng);
     }
+    if (lossScaler_ && manifest.lossScale > 0) lossScaler_->restore(manifest.lossScale, manifest.lossScaleGoodSteps);
+    if (lossScaler_ && rank_ == 0) {
+      log::info(std::string("loss scale: ") +
+                (manifest.lossScale > 0 ? "the checkpoint's, " : "the checkpoint has none (not fp16), training.loss_scale: ") +
+                scaleText(lossScaler_->scale()));
+    }
     restored_.reset();
     startStep_ = manifest.step;
     if (rank_ == 0) {
@@ -534,6 +556,10 @@ std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
   info.lr = lr;
   info.samplesSeen = stepsDone * c_.training.globalBatchSize;
   if (plan_) info.planBytes = plan_->toBytes();
+  if (lossScaler_) {
+    info.lossScale = lossScaler_->scale();
+    info.lossScaleGoodSteps = lossScaler_->goodSteps();
+  }
   const auto path = sluice::saveCheckpoint(c_.checkpointDir(), info, layout(), state, stageIndex_, world_,
                                            c_.checkpoint.keepLatestK);
   if (rank_ == 0) log::info("checkpoint: " + path + " (step " + std::to_string(stepsDone) + ")");
@@ -546,6 +572,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm
   transfers::beginStep();  // Note [round trip] (core/TransferGuard.h): the forwards and backwards
   auto micro = microBatchesFor(step);
   optim::zeroGradients(*optimizer_);
+  if (lossScaler_) worker_->setLossScale(lossScaler_->scale());
   auto loss = worker_->runMicroBatches(micro);
   transfers::endStep();  // under logging.transfer_guard: error, throws before any update
   sumTiedGradients();
@@ -572,18 +599,39 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm
                                         : torch::ones({}, torch::TensorOptions().dtype(torch::kBool).device(device_)));
   }
   auto flags = finite.empty() ? torch::ones({1}, torch::kBool) : torch::stack(finite);
-  if (c_.training.nanPolicy == "abort") {
+  auto skip = [&](const std::string& why) {
+    *skipped = true;
+    optim::zeroGradients(*optimizer_);  // DistAdam: also finishes its abandoned reductions
+    if (rank_ == 0) log::warn("step " + std::to_string(step) + ": " + why);
+    return loss;
+  };
+  if (c_.training.nanPolicy == "abort" && !lossScaler_) {
     nanChecks_.push_back({step, flags});
   } else {
     auto flag = flags.logical_not().any().to(torch::kInt64).reshape({1});
     world_.allReduce(flag, ReduceOp::Max);
-    if (hostsync::read<int64_t>(flag) != 0) {
-      *skipped = true;
-      optim::zeroGradients(*optimizer_);  // DistAdam: also finishes its abandoned reductions
-      if (rank_ == 0) {
-        log::warn("step " + std::to_string(step) + ": non-finite gradients, update skipped (training.nan_policy skip)");
+    const bool nonFinite = hostsync::read<int64_t>(flag) != 0;
+    if (lossScaler_) {
+      // Note [fp16 loss scaling] (optim/LossScaler.h): every rank read the
+      // same flag, so every rank takes the same branch.
+      const double used = lossScaler_->scale();
+      switch (lossScaler_->update(nonFinite)) {
+        case optim::LossScaler::Outcome::BackOff:
+          return skip("gradients overflowed at loss scale " + scaleText(used) + ", update skipped; loss scale now " +
+                      scaleText(lossScaler_->scale()));
+        case optim::LossScaler::Outcome::NonFinite:
+          if (c_.training.nanPolicy == "skip") {
+            return skip("non-finite gradients at loss scale 1, update skipped (training.nan_policy skip)");
+          }
+          throw Error("step " + std::to_string(step) + ": gradients are not finite (NaN or inf) even at loss scale 1, " +
+                      "so lowering the scale cannot help (a non-finite forward, or float16's range exceeded: try " +
+                      "bf16); training.nan_policy: skip drops such steps instead of stopping");
+        case optim::LossScaler::Outcome::Apply:
+          if (used != 1) optim::scaleGradients(*optimizer_, params, torch::scalar_tensor(1 / used, torch::kFloat).to(device_));
+          break;
       }
-      return loss;
+    } else if (nonFinite) {
+      return skip("non-finite gradients, update skipped (training.nan_policy skip)");
     }
   }
   const double optimizerStart = TraceRecorder::nowUs();
@@ -757,6 +805,7 @@ void Trainer::train() {
     const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
     trace_.setStep(step, traced);
     const double stepStart = TraceRecorder::nowUs();
+    const double lossScale = lossScaler_ ? lossScaler_->scale() : 0;  // this step's (step() may change it)
     auto loss = this->step(step, &skipped, &gradNorm);
     trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
     if (step >= warmSteps_) stepCompute_.push_back(worker_->computeTimes());
@@ -766,7 +815,7 @@ void Trainer::train() {
     peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
-                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm});
+                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm, lossScale});
     bool stop = false;
     if (stopVote.pending()) {
       stopVote.wait();

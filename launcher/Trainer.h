@@ -46,6 +46,7 @@
 #include "memory/MemoryPlan.h"
 #include "memory/SavedTensorHooks.h"
 #include "optim/GradClip.h"
+#include "optim/LossScaler.h"
 #include "optim/LrSchedule.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
@@ -129,6 +130,7 @@ class Trainer {
   std::unique_ptr<pipeline::RankWorker> worker_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<optim::GradClip> clip_;  // optimizer.clip_grad_norm > 0
+  std::optional<optim::LossScaler> lossScaler_;  // training.precision: fp16
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Evaluator> evaluator_;                      // training.eval_interval > 0
   std::optional<std::vector<torch::Tensor>> syncedBuffers_;  // Trainer::syncBuffers

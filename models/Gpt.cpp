@@ -1,6 +1,7 @@
 #include "models/Gpt.h"
 
 #include <cmath>
+#include <limits>
 
 namespace sluice::models {
 
@@ -32,7 +33,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto v = qkv[2].view({B, T, heads_, hd}).transpose(1, 2);
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   auto causal = mask_.slice(2, 0, T).slice(3, 0, T);
-  att = att.masked_fill(causal == 0, -1e9);
+  // -inf, not a large negative number: float16 (fp16 autocast) ends at 65504. softmax gives
+  // those entries exactly 0 either way, so float32 results do not change.
+  att = att.masked_fill(causal == 0, -std::numeric_limits<double>::infinity());
   att = maybeDropout(torch::softmax(att, -1), dropout_, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   return maybeDropout(cProj_->forward(y), dropout_, is_training());

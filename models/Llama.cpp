@@ -1,6 +1,7 @@
 #include "models/Llama.h"
 
 #include <cmath>
+#include <limits>
 
 namespace sluice::models {
 
@@ -64,7 +65,9 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
     v = v.unsqueeze(2).expand({B, K, H / K, T, hd}).reshape({B, H, T, hd});
   }
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(mask == 0, -1e9);
+  // -inf, not a large negative number: float16 (fp16 autocast) ends at 65504. softmax gives
+  // those entries exactly 0 either way, so float32 results do not change.
+  att = att.masked_fill(mask == 0, -std::numeric_limits<double>::infinity());
   att = maybeDropout(torch::softmax(att, -1), o_.dropout, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, H * hd});
   auto r = x + maybeDropout(wo_->forward(y), o_.dropout, is_training());

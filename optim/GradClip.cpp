@@ -2,6 +2,7 @@
 
 #include "core/Error.h"
 #include "optim/DistAdam.h"
+#include "optim/OptimizerState.h"
 
 namespace sluice::optim {
 
@@ -43,13 +44,7 @@ torch::Tensor GradClip::apply(torch::optim::Optimizer& optimizer, const std::vec
   }
   auto norm = squares.sum().sqrt();
   auto factor = torch::div(torch::full_like(norm, maxNorm_), norm + 1e-6).clamp_max(1.0).to(torch::kFloat);
-  if (dist) {
-    dist->scaleGradients(factor);
-  } else {
-    for (const auto& p : params) {
-      if (p.grad().defined()) p.grad().mul_(factor);
-    }
-  }
+  scaleGradients(optimizer, params, factor);
   return norm;
 }
 

@@ -83,4 +83,16 @@ void zeroGradients(torch::optim::Optimizer& optimizer) {
   }
 }
 
+void scaleGradients(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
+                    const torch::Tensor& factor) {
+  torch::NoGradGuard noGrad;
+  if (auto* dist = dynamic_cast<DistAdam*>(&optimizer)) {
+    dist->scaleGradients(factor);
+    return;
+  }
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.grad().mul_(factor);
+  }
+}
+
 }  // namespace sluice::optim

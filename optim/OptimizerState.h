@@ -32,4 +32,11 @@ void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<torch::T
 // their buffers, so a step allocates what the memory plan counted.
 void zeroGradients(torch::optim::Optimizer& optimizer);
 
+// Multiplies the gradients the update will use by factor (a scalar tensor on
+// the parameters' device, or a number): DistAdam's reduced shards (it
+// finishes its reductions first), else each parameter's gradient. Reads
+// nothing on the host. Clipping and fp16 unscaling both go through it.
+void scaleGradients(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
+                    const torch::Tensor& factor);
+
 }  // namespace sluice::optim

@@ -27,6 +27,27 @@ namespace {
 
 using torch::jit::IValue;
 
+// torch::autograd::grad for one node's backward; an error names the node
+// and where its tensors live (autograd's own messages name neither).
+std::vector<torch::Tensor> nodeGrad(const OpGraph& g, int node, const std::vector<torch::Tensor>& roots,
+                                    const std::vector<torch::Tensor>& leaves, const std::vector<torch::Tensor>& grads,
+                                    bool retain) {
+  try {
+    return torch::autograd::grad(roots, leaves, grads, retain, /*create_graph=*/false, /*allow_unused=*/true);
+  } catch (const c10::Error& e) {
+    std::ostringstream where;
+    auto devices = [&](const char* what, const std::vector<torch::Tensor>& ts) {
+      where << " " << what << ":";
+      for (auto& t : ts) where << " " << (t.defined() ? t.device().str() : std::string("undefined"));
+    };
+    devices("outputs", roots);
+    devices("output gradients", grads);
+    devices("inputs", leaves);
+    throw GraphError("profile: the backward of node " + std::to_string(node) + " (" + g.nodes()[node].op +
+                     ") failed;" + where.str() + "; " + e.what_without_backtrace());
+  }
+}
+
 std::string formatMs(double s) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(2) << s * 1e3 << " ms";
@@ -240,16 +261,15 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
           std::vector<torch::Tensor> inputLeaves, paramLeaves;
           for (size_t k = 0; k < leaves.size(); ++k) (leafIsParam[k] ? paramLeaves : inputLeaves).push_back(leaves[k]);
           auto t2 = now();
-          torch::autograd::grad(roots, inputLeaves, grads, /*retain_graph=*/true, /*create_graph=*/false, true);
+          nodeGrad(g, found->second, roots, inputLeaves, grads, /*retain=*/true);
           auto t3 = now();
-          torch::autograd::grad(roots, paramLeaves, grads, /*retain_graph=*/false, /*create_graph=*/false, true);
+          nodeGrad(g, found->second, roots, paramLeaves, grads, /*retain=*/false);
           backward = seconds(t2, now());
           weightShare[found->second] = backward > 0 ? seconds(t3, now()) / backward : 0.5;
         } else if (!roots.empty() && !leaves.empty()) {
           if (first) memory::resetDevicePeak(profiled);
           auto t2 = now();
-          auto inputGrads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
-                                                  /*allow_unused=*/true);
+          auto inputGrads = nodeGrad(g, found->second, roots, leaves, grads, /*retain=*/false);
           backward = seconds(t2, now());
           if (first) backwardWorkspace[found->second] = memory::deviceAllocatorStats(profiled).peakBytes - before;
           if (!mixed) weightShare[found->second] = params > 0 ? 1.0 : 0.0;

@@ -63,4 +63,8 @@ void RankWorker::measureSavedBytes(memory::LiveSavedBytes* counter) {
   for (auto& s : stages_) s->measureSavedBytes(counter);
 }
 
+void RankWorker::setLossScale(double scale) {
+  for (auto& s : stages_) s->setLossScale(scale);
+}
+
 }  // namespace sluice::pipeline

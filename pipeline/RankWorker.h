@@ -29,6 +29,7 @@ class RankWorker {
   void setTrace(TraceRecorder* trace);
   void setForwardHook(const std::function<void(int microBatch)>& hook);
   void measureSavedBytes(memory::LiveSavedBytes* counter);
+  void setLossScale(double scale);  // every stage's (StageWorker::setLossScale)
 
   size_t size() const { return stages_.size(); }
   StageWorker& stage(size_t i) { return *stages_.at(i); }

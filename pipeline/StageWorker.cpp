@@ -210,7 +210,7 @@ std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> StageWorker::b
   std::vector<torch::Tensor> grads;
   if (isLast()) {
     roots.push_back(torch::autograd::impl::gradient_edge(st.loss));
-    grads.push_back(torch::ones_like(st.loss));
+    grads.push_back(lossScale_ == 1 ? torch::ones_like(st.loss) : torch::full_like(st.loss, lossScale_));
     return {roots, grads};
   }
   for (size_t i = 0; i < st.outputEdges.size(); ++i) {
@@ -252,7 +252,11 @@ void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBac
   const auto t0 = std::chrono::steady_clock::now();
   if (memory_) memory_->beginBackward(mb, nextBackwards);
   if (isLast()) {
-    st.loss.backward();
+    if (lossScale_ == 1) {
+      st.loss.backward();
+    } else {
+      st.loss.backward(torch::full_like(st.loss, lossScale_));
+    }
   } else {
     auto [roots, grads] = backwardRoots(st);
     if (!roots.empty()) {

@@ -38,6 +38,9 @@
 //   accumulated gradient is that of the mean loss over the step's batch, and
 //   the returned loss (last stage only; undefined elsewhere) is that mean,
 //   still a tensor: reading it is the caller's choice (see Note [lazy loss]).
+//   Its backward is seeded with setLossScale's factor (1 unless fp16 loss
+//   scaling, Note [fp16 loss scaling] in optim/LossScaler.h): the gradients
+//   come out multiplied by it, the returned loss does not.
 // - Boundary values exchange gradients iff the traced value requires grad and
 //   is floating point; both neighbours derive this from the same ValueInfo.
 // - Runs on one device (device()): CPU, or a GPU whose current stream gets
@@ -113,6 +116,8 @@ class StageWorker {
   // Record every action of the steps the recorder is active in (nullptr: off),
   // and the memory plan's swap I/O and recomputes.
   void setTrace(TraceRecorder* trace);
+  // The last stage's backward seed from the next step on (a power of two).
+  void setLossScale(double scale) { lossScale_ = scale; }
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   // The schedule must put only this stage on its rank (else use runStep).
@@ -187,6 +192,7 @@ class StageWorker {
   torch::Tensor lossSum_;
   std::function<void(int)> forwardHook_;
   TraceRecorder* trace_ = nullptr;
+  double lossScale_ = 1;
 };
 
 // One optimizer step of every stage this rank hosts (all of them, each once;

@@ -98,6 +98,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "training.precision must be fp32, bf16 or fp16, got 'fp8'"},
         Malformed{"fp16 on a CPU job", {"training.precision=fp16"}, nullptr,
                   "training.precision fp16 needs job.device: cuda"},
+        Malformed{"loss scale not a power of two", {"training.loss_scale=3000"}, nullptr,
+                  "training.loss_scale must be a power of two >= 1 (e.g. 65536 = 2^16), got 3000"},
+        Malformed{"loss scale window 0", {"training.loss_scale_window=0"}, nullptr,
+                  "training.loss_scale_window must be >= 1, got 0"},
+        Malformed{"loss scale without fp16", {"training.loss_scale=1024"}, nullptr,
+                  "training.loss_scale and training.loss_scale_window are for training.precision: fp16 (loss "
+                  "scaling); precision is fp32: remove them"},
         Malformed{"negative clipping norm", {"optimizer.clip_grad_norm=-1"}, nullptr,
                   "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got -1"},
         Malformed{"batch does not divide", {"training.global_batch_size=10"}, nullptr,
