@@ -1,5 +1,5 @@
 # Shared by the benchmarks (sourced after setting $root): $sluice, built when missing.
-sluice="$root/build/launcher/sluice"
+sluice="${SLUICE_BIN:-$root/build/launcher/sluice}"  # SLUICE_BIN: another build (scripts/gpu/check.sh)
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 
 # median: the median of the numbers on stdin, one per line (nothing for none).
