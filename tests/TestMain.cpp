@@ -24,6 +24,23 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
+// Multi-rank runs: a failed test ends every rank at once (MPI_Abort), so
+// that its peers, which may be waiting for messages the failed rank will
+// never send, do not hang the job; the failure is printed first.
+class AbortOnFailure : public ::testing::EmptyTestEventListener {
+ public:
+  explicit AbortOnFailure(int rank) : rank_(rank) {}
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (!info.result()->Failed()) return;
+    std::cerr << "[rank " << rank_ << "] " << info.test_suite_name() << "." << info.name()
+              << " failed: ending every rank (its peers could wait for it forever)" << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+ private:
+  int rank_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -35,6 +52,9 @@ int main(int argc, char** argv) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter(rank));
+  }
+  if (sluice::Communicator::world().size() > 1) {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new AbortOnFailure(rank));
   }
   int rc = RUN_ALL_TESTS();
   // Make a failure on any rank fail the whole mpirun.
