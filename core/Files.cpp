@@ -102,4 +102,9 @@ std::string checksum(const std::string& bytes) {
   return buf;
 }
 
+void UniqueFd::reset(int fd) noexcept {
+  if (fd_ >= 0 && fd_ != fd) ::close(fd_);
+  fd_ = fd;
+}
+
 }  // namespace sluice

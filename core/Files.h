@@ -22,4 +22,34 @@ std::string readFile(const std::string& path);
 // FNV-1a, 64 bits, as 16 hex digits.
 std::string checksum(const std::string& bytes);
 
+// Owns a file descriptor: closes it when destroyed or reset; move-only, so
+// an owner cannot close it twice, and a constructor that throws after
+// opening it leaks nothing.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Closes the descriptor held (if any) and holds `fd` instead.
+  void reset(int fd = -1) noexcept;
+  int release() noexcept {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace sluice

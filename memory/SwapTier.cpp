@@ -75,18 +75,15 @@ FileSwapTier::FileSwapTier(const std::string& dir) : dir_(dir) {
   std::string path = dir + "/sluice-swap-XXXXXX";
   std::vector<char> name(path.begin(), path.end());
   name.push_back('\0');
-  fd_ = ::mkostemp(name.data(), O_DIRECT);
-  direct_ = fd_ >= 0;
-  if (fd_ < 0) fd_ = ::mkstemp(name.data());  // this file system refuses O_DIRECT
-  SLUICE_CHECK(fd_ >= 0, MemoryError, "cannot create a swap file in " << dir << ": " << errnoText());
+  fd_.reset(::mkostemp(name.data(), O_DIRECT));
+  direct_ = fd_.valid();
+  if (!fd_.valid()) fd_.reset(::mkstemp(name.data()));  // this file system refuses O_DIRECT
+  SLUICE_CHECK(fd_.valid(), MemoryError, "cannot create a swap file in " << dir << ": " << errnoText());
   ::unlink(name.data());  // gone from the directory now; the space is freed when fd_ closes
-  SLUICE_CHECK(::posix_memalign(reinterpret_cast<void**>(&bounce_), kAlign, kBounce) == 0, MemoryError,
+  void* bounce = nullptr;
+  SLUICE_CHECK(::posix_memalign(&bounce, kAlign, kBounce) == 0, MemoryError,
                "swap: cannot allocate a " << kBounce << "-byte bounce buffer");
-}
-
-FileSwapTier::~FileSwapTier() {
-  if (fd_ >= 0) ::close(fd_);
-  std::free(bounce_);
+  bounce_.reset(static_cast<char*>(bounce));
 }
 
 std::string FileSwapTier::describe() const {
@@ -101,8 +98,8 @@ void FileSwapTier::transfer(bool write, char* data, int64_t bytes, int64_t at) {
   auto move = [&](char* p, int64_t n, int64_t where) {
     int64_t done = 0;
     while (done < n) {
-      const ssize_t r = write ? ::pwrite(fd_, p + done, static_cast<size_t>(n - done), where + done)
-                              : ::pread(fd_, p + done, static_cast<size_t>(n - done), where + done);
+      const ssize_t r = write ? ::pwrite(fd_.get(), p + done, static_cast<size_t>(n - done), where + done)
+                              : ::pread(fd_.get(), p + done, static_cast<size_t>(n - done), where + done);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         const int err = r < 0 ? errno : (write ? ENOSPC : EIO);
@@ -125,12 +122,12 @@ void FileSwapTier::transfer(bool write, char* data, int64_t bytes, int64_t at) {
   for (int64_t off = whole; off < bytes; off += kBounce) {
     const int64_t n = std::min(kBounce, bytes - off), padded = alignUp(n);
     if (write) {
-      std::memcpy(bounce_, data + off, n);
-      std::memset(bounce_ + n, 0, padded - n);
-      move(bounce_, padded, at + off);
+      std::memcpy(bounce_.get(), data + off, n);
+      std::memset(bounce_.get() + n, 0, padded - n);
+      move(bounce_.get(), padded, at + off);
     } else {
-      move(bounce_, padded, at + off);
-      std::memcpy(data + off, bounce_, n);
+      move(bounce_.get(), padded, at + off);
+      std::memcpy(data + off, bounce_.get(), n);
     }
   }
 }
@@ -163,15 +160,15 @@ int64_t FileSwapTier::write(const void* data, int64_t bytes, const std::shared_p
 
 void FileSwapTier::sync() {
   if (direct_) return;  // nothing in the page cache
-  SLUICE_CHECK(::fdatasync(fd_) == 0, MemoryError,
+  SLUICE_CHECK(::fdatasync(fd_.get()) == 0, MemoryError,
                "swap directory " << dir_ << ": fdatasync failed (" << errnoText()
                                  << "): free space there or set memory.swap_dir to another disk");
-  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+  ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_DONTNEED);
 }
 
 void FileSwapTier::read(int64_t location, void* data, int64_t bytes) {
   transfer(false, static_cast<char*>(data), bytes, location);
-  if (!direct_) ::posix_fadvise(fd_, location, alignUp(bytes), POSIX_FADV_DONTNEED);
+  if (!direct_) ::posix_fadvise(fd_.get(), location, alignUp(bytes), POSIX_FADV_DONTNEED);
 }
 
 void FileSwapTier::release(int64_t location, int64_t bytes) {
@@ -193,7 +190,7 @@ void FileSwapTier::release(int64_t location, int64_t bytes) {
   if (at + len == end_) {
     end_ = at;
     // Give the space back to the file system too.
-    if (::ftruncate(fd_, end_) != 0) free_[at] = len, end_ = at + len;
+    if (::ftruncate(fd_.get(), end_) != 0) free_[at] = len, end_ = at + len;
   } else {
     free_[at] = len;
   }

@@ -26,9 +26,12 @@
 #include <c10/core/Storage.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+
+#include "core/Files.h"
 
 namespace sluice::memory {
 
@@ -60,7 +63,6 @@ class FileSwapTier : public SwapTier {
  public:
   // Throws MemoryError when dir is missing, not a directory, not writable, or on tmpfs.
   explicit FileSwapTier(const std::string& dir);
-  ~FileSwapTier() override;
   FileSwapTier(const FileSwapTier&) = delete;
   FileSwapTier& operator=(const FileSwapTier&) = delete;
   std::string describe() const override;
@@ -74,9 +76,10 @@ class FileSwapTier : public SwapTier {
   int64_t allocate(int64_t bytes);
   void transfer(bool write, char* data, int64_t bytes, int64_t at);
   std::string dir_;
-  int fd_ = -1;
+  UniqueFd fd_;
   bool direct_ = false;
-  char* bounce_ = nullptr;  // one aligned page-multiple buffer for unaligned pieces
+  // One aligned page-multiple buffer for unaligned pieces (posix_memalign'd).
+  std::unique_ptr<char, void (*)(void*)> bounce_{nullptr, std::free};
   int64_t end_ = 0;                   // file size in use
   std::map<int64_t, int64_t> free_;   // offset -> length of free extents
 };

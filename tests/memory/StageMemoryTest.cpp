@@ -3,6 +3,7 @@
 // change of a saved tensor is an error naming the op that saved it, and a
 // forward whose graph is dropped leaves nothing behind. The swap tier: round
 // trip and the directories it refuses.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -300,6 +301,35 @@ TEST(SwapTier, FileRoundTripAndRefusals) {
   refused("/nonexistent/sluice-swap", "does not exist");
   refused("/etc/hostname", "is not a directory");
   if (std::filesystem::exists("/dev/shm")) refused("/dev/shm", "tmpfs");
+}
+
+// The tier's file is owned (core/Files.h UniqueFd): one descriptor while it
+// lives, none after; a moved descriptor is closed once, by its last owner.
+TEST(SwapTier, FileTierAndUniqueFdCloseTheirDescriptorOnce) {
+  auto openFds = [] {
+    int n = 0;
+    for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  const int before = openFds();
+  {
+    FileSwapTier tier(defaultSwapDir());
+    EXPECT_EQ(openFds(), before + 1);
+  }
+  EXPECT_EQ(openFds(), before) << "the swap file's descriptor outlived its tier";
+  const int raw = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(raw, 0);
+  {
+    UniqueFd a(raw);
+    UniqueFd b(std::move(a));
+    EXPECT_FALSE(a.valid());
+    EXPECT_EQ(b.get(), raw);
+    UniqueFd c;
+    c = std::move(b);
+    EXPECT_EQ(c.get(), raw);
+    EXPECT_NE(::fcntl(raw, F_GETFD), -1) << "closed while still owned";
+  }
+  EXPECT_EQ(::fcntl(raw, F_GETFD), -1) << "not closed by its last owner";
 }
 
 }  // namespace
