@@ -412,6 +412,12 @@ void validate(Config& c) {
           "pipeline.schedule must be " + scheduleChoices + ", got '" + p.schedule + "'");
   require(in(p.execution, {"compiled", "eager"}),
           "pipeline.execution must be compiled or eager, got '" + p.execution + "'");
+  require(in(p.boundaryDtype, {"graph", "compute"}),
+          "pipeline.boundary_dtype must be graph or compute, got '" + p.boundaryDtype + "'");
+  require(p.boundaryDtype != "compute" || c.training.precision != "fp32",
+          "pipeline.boundary_dtype: compute sends boundary activations and gradients in training.precision's dtype, "
+          "but training.precision is fp32 (nothing to halve): set training.precision: bf16 (or fp16 on GPUs), or "
+          "pipeline.boundary_dtype: graph");
   require(p.microbatches >= 0, "pipeline.microbatches must be >= 1 (or 0 to derive it), got " +
                                    std::to_string(p.microbatches));
   const int64_t perMicro = t.microBatchSize * p.dataParallel;
@@ -624,6 +630,7 @@ Config parse(const YAML::Node& root) {
   pipeline.get("data_parallel", c.pipeline.dataParallel);
   pipeline.get("cuts", c.pipeline.cuts);
   pipeline.get("execution", c.pipeline.execution);
+  pipeline.get("boundary_dtype", c.pipeline.boundaryDtype);
   pipeline.get("plan", c.pipeline.plan);
   auto partition = pipeline.child("partition");
   partition.get("method", c.pipeline.partitionMethod);
@@ -776,7 +783,7 @@ std::string Config::toYaml() const {
     << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
-    << pipeline.execution << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
+    << pipeline.execution << YAML::Key << "boundary_dtype" << YAML::Value << pipeline.boundaryDtype << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
     << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
     << YAML::Key << "min_op_level_gain" << YAML::Value << pipeline.minOpLevelGain << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value

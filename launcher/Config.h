@@ -145,6 +145,10 @@ struct PipelineConfig {
   // executor and saves exactly what the profiler measures; the executor's
   // autodiff saves ~20% more activations) | compiled (TorchScript executor)
   std::string execution = "eager";
+  // graph (each boundary value travels in the dtype the graph gives it: layouts
+  // stay exact) | compute (float32 activations and their gradients travel in
+  // training.precision's bf16/fp16: half the bytes, rounded on the way)
+  std::string boundaryDtype = "graph";
 };
 
 struct OptimizerConfig {

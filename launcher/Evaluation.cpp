@@ -61,6 +61,7 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
     workers_.push_back(std::make_unique<pipeline::StageWorker>(stages[s], setup.tensorsByName(stages[s].paramInputs),
                                                                pipelineComm, schedule, setup.loss, ExecMode::Eager,
                                                                boundaryComms, setup.device));
+    if (config.pipeline.boundaryDtype == "compute") workers_.back()->setBoundaryType(setup.computeType);
   }
 }
 

@@ -368,6 +368,7 @@ void Trainer::buildStage() {
     workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
                                                               pipelineComm_, schedule, setup_.loss, mode,
                                                               boundaryComms_, device_));
+    if (c_.pipeline.boundaryDtype == "compute") workers.back()->setBoundaryType(setup_.computeType);
     const auto& memoryPlan = memoryPlans_[i];
     if (memoryPlan.freesAnything()) {
       auto& worker = *workers.back();

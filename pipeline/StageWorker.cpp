@@ -22,7 +22,22 @@ bool needsGrad(const ValueInfo& v) { return v.isTensor && v.requiresGrad && c10:
 
 }  // namespace
 
-TensorSpec StageWorker::specOf(const ValueInfo& v) const { return TensorSpec{v.shape, v.dtype, device_}; }
+c10::ScalarType StageWorker::wireType(c10::ScalarType graphType) const {
+  // Only floating values wider than the wire's: integers and values the
+  // graph already gives in 16 bits travel as they are.
+  if (!boundaryType_ || !c10::isFloatingType(graphType) || c10::elementSize(graphType) <= 2) return graphType;
+  return *boundaryType_;
+}
+
+TensorSpec StageWorker::specOf(const ValueInfo& v) const { return TensorSpec{v.shape, wireType(v.dtype), device_}; }
+
+torch::Tensor StageWorker::toWire(const torch::Tensor& t) const {
+  return t.to(wireType(t.scalar_type())).contiguous();
+}
+
+torch::Tensor StageWorker::fromWire(const torch::Tensor& t, const ValueInfo& v) const {
+  return t.scalar_type() == v.dtype ? t : t.to(v.dtype);
+}
 
 // State of one micro-batch between its forward and its backward.
 struct StageWorker::InFlight {
@@ -189,13 +204,14 @@ void StageWorker::evaluateMicroBatch(const MicroBatch& data, int mb, bool classi
     in = firstStageInputs(data);
   } else {
     for (size_t i = 0; i < nIn; ++i) {
-      in.push_back(prevComm_.recv(specOf(stage_.boundaryInputs[i]), prevRank_, static_cast<int>(i)).tensor);
+      in.push_back(fromWire(prevComm_.recv(specOf(stage_.boundaryInputs[i]), prevRank_, static_cast<int>(i)).tensor,
+                            stage_.boundaryInputs[i]));
     }
   }
   in.insert(in.end(), params_.begin(), params_.end());
   auto outputs = module_.forward(in);
   if (!isLast()) {
-    for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(outputs[i], nextRank_, static_cast<int>(i));
+    for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(toWire(outputs[i]), nextRank_, static_cast<int>(i));
     return;
   }
   const auto& target = data.target;
@@ -322,7 +338,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
     case ActionKind::RecvActivation: {
       postReceives(a);
       for (size_t i = 0; i < nIn; ++i) {
-        auto t = st.activationRecvs[i].wait().tensor;
+        auto t = fromWire(st.activationRecvs[i].wait().tensor, stage_.boundaryInputs[i]);
         if (inputNeedsGrad_[i]) t.requires_grad_(true);
         st.inputs.push_back(t);
       }
@@ -336,7 +352,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
     case ActionKind::SendActivation: {
       st.outputEdges.assign(nOut, torch::autograd::Edge());
       for (size_t i = 0; i < nOut; ++i) {
-        sends_.push_back(nextComm_.isend(st.outputs[i].detach().contiguous(), nextRank_, tag(a.microBatch, i, nOut),
+        sends_.push_back(nextComm_.isend(toWire(st.outputs[i].detach()), nextRank_, tag(a.microBatch, i, nOut),
                                          outputNeedsGrad_[i]));
         if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
           st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
@@ -350,7 +366,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
       size_t k = 0;
       st.outputGrads.assign(nOut, torch::Tensor());
       for (size_t i = 0; i < nOut; ++i) {
-        if (outputNeedsGrad_[i]) st.outputGrads[i] = st.gradRecvs[k++].wait().tensor;
+        if (outputNeedsGrad_[i]) st.outputGrads[i] = fromWire(st.gradRecvs[k++].wait().tensor, stage_.outputs[i]);
       }
       st.gradRecvs.clear();
       break;
@@ -370,7 +386,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
         // An input no node differentiated through still owes its sender a gradient: zero.
         auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
         if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
-        sends_.push_back(prevComm_.isend(g.contiguous(), prevRank_, tag(a.microBatch, i, nIn)));
+        sends_.push_back(prevComm_.isend(toWire(g), prevRank_, tag(a.microBatch, i, nIn)));
       }
       st.inputs.clear();
       st.inputGrads.clear();

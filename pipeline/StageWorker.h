@@ -55,6 +55,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/Communicator.h"
@@ -118,6 +119,13 @@ class StageWorker {
   void setTrace(TraceRecorder* trace);
   // The last stage's backward seed from the next step on (a power of two).
   void setLossScale(double scale) { lossScale_ = scale; }
+  // pipeline.boundary_dtype: compute. Floating boundary values wider than
+  // `type` (activations, their gradients, evaluation's activations) travel
+  // in `type` and are cast back to the graph's dtype on arrival: half the
+  // bytes of float32 for bfloat16/float16, rounded on the way (so no longer
+  // bitwise one process). Both neighbours must set the same type, before the
+  // first step. Default: every value travels in its graph dtype (exact).
+  void setBoundaryType(c10::ScalarType type) { boundaryType_ = type; }
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   // The schedule must put only this stage on its rank (else use runStep).
@@ -193,6 +201,10 @@ class StageWorker {
   std::function<void(int)> forwardHook_;
   TraceRecorder* trace_ = nullptr;
   double lossScale_ = 1;
+  std::optional<c10::ScalarType> boundaryType_;
+  c10::ScalarType wireType(c10::ScalarType graphType) const;
+  torch::Tensor toWire(const torch::Tensor& t) const;
+  torch::Tensor fromWire(const torch::Tensor& t, const ValueInfo& v) const;
 };
 
 // One optimizer step of every stage this rank hosts (all of them, each once;

@@ -105,6 +105,11 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"loss scale without fp16", {"training.loss_scale=1024"}, nullptr,
                   "training.loss_scale and training.loss_scale_window are for training.precision: fp16 (loss "
                   "scaling); precision is fp32: remove them"},
+        Malformed{"unknown boundary dtype", {"pipeline.boundary_dtype=half"}, nullptr,
+                  "pipeline.boundary_dtype must be graph or compute, got 'half'"},
+        Malformed{"boundary dtype compute in fp32", {"pipeline.boundary_dtype=compute"}, nullptr,
+                  "pipeline.boundary_dtype: compute sends boundary activations and gradients in training.precision's "
+                  "dtype, but training.precision is fp32 (nothing to halve)"},
         Malformed{"negative clipping norm", {"optimizer.clip_grad_norm=-1"}, nullptr,
                   "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got -1"},
         Malformed{"batch does not divide", {"training.global_batch_size=10"}, nullptr,
