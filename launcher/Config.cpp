@@ -66,6 +66,9 @@ void rejectDuplicateKeys(const YAML::Node& map, const std::string& prefix) {
   }
 }
 
+// configKeys(): while set, every key a MapReader is asked for, by its full path.
+thread_local std::vector<std::string>* keysRead = nullptr;
+
 // Reads one YAML map; remembers which keys were read so finish() can reject the rest.
 class MapReader {
  public:
@@ -83,7 +86,7 @@ class MapReader {
 
   template <class T>
   void get(const std::string& key, T& out) {
-    known_.insert(key);
+    know(key);
     if (!node_ || node_.IsNull()) return;
     const YAML::Node& node = node_;  // const: the non-const operator[] inserts the key
     YAML::Node v = node[key];
@@ -109,7 +112,7 @@ class MapReader {
 
   // The raw node of a key (an invalid node when absent); marks the key as known.
   YAML::Node raw(const std::string& key) {
-    known_.insert(key);
+    know(key);
     if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
     const YAML::Node& node = node_;
     return node[key];
@@ -149,6 +152,9 @@ class MapReader {
   }
 
  private:
+  void know(const std::string& key) {
+    if (known_.insert(key).second && keysRead) keysRead->push_back(path_ + "." + key);
+  }
   YAML::Node node_;
   std::string path_;
   std::set<std::string> known_;
@@ -545,7 +551,8 @@ void validate(Config& c) {
   }
 }
 
-Config parse(const YAML::Node& root) {
+// The keys of root (unknown ones refused), without validating the values.
+Config readKeys(const YAML::Node& root) {
   rejectDuplicateKeys(root, "");
   static const std::set<std::string> sections{"job",       "model",     "data",   "training",  "pipeline",
                                               "optimizer", "memory",    "logging", "checkpoint", "cluster"};
@@ -688,11 +695,29 @@ Config parse(const YAML::Node& root) {
   cluster.get("nodes", c.cluster.nodes);
   cluster.get("master_port", c.cluster.masterPort);
   cluster.finish();
+  return c;
+}
+
+Config parse(const YAML::Node& root) {
+  Config c = readKeys(root);
   validate(c);
   return c;
 }
 
 }  // namespace
+
+std::vector<std::string> configKeys() {
+  std::vector<std::string> keys;
+  keysRead = &keys;
+  try {
+    readKeys(YAML::Node(YAML::NodeType::Map));
+  } catch (...) {
+    keysRead = nullptr;
+    throw;
+  }
+  keysRead = nullptr;
+  return keys;
+}
 
 Config Config::fromYamlText(const std::string& text, const std::vector<std::string>& overrides,
                             const std::string& origin) {

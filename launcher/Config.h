@@ -212,4 +212,9 @@ struct Config {
   std::string toYaml() const;
 };
 
+// Every key a config may set, as "section.key" ("optimizer.dist_adam.mode"
+// for nested ones), in the order the parser reads them: the README's key
+// table is checked against it.
+std::vector<std::string> configKeys();
+
 }  // namespace sluice

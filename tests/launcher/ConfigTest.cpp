@@ -1,6 +1,12 @@
 // Config: defaults, overrides, and malformed configs with their messages.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
 #include "core/Error.h"
 #include "launcher/Config.h"
 
@@ -183,6 +189,36 @@ INSTANTIATE_TEST_SUITE_P(
                   "checkpoint.resume '/no/such/checkpoint' is neither auto, none nor an existing checkpoint directory"},
         Malformed{"negative restarts", {"cluster.max_restarts=-2"}, nullptr, "cluster.max_restarts must be >= 0"},
         Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"}));
+
+// The README's key table ("| `section.key` | default | meaning |", or a row
+// for several keys of a section: "| `model.layers, heads, embd` |") lists
+// exactly the keys the parser accepts: a new key documented, a removed one
+// gone. The README is found through SLUICE_SOURCE_DIR (CTest sets it), else
+// beside the build folder this binary is in.
+TEST(Config, TheReadmeTableListsEveryKeyAndNoOther) {
+  namespace fs = std::filesystem;
+  const char* env = std::getenv("SLUICE_SOURCE_DIR");
+  const fs::path source = env ? fs::path(env) : fs::canonical("/proc/self/exe").parent_path().parent_path().parent_path();
+  std::ifstream readme(source / "README.md");
+  ASSERT_TRUE(readme) << "no README.md in " << source << ": set SLUICE_SOURCE_DIR to the source folder";
+  std::set<std::string> documented;
+  const std::regex row(R"(^\| `([a-z_]+)\.([a-z0-9_.]+(, [a-z0-9_.]+)*)` \|)");
+  std::string line;
+  std::smatch m;
+  while (std::getline(readme, line)) {
+    if (!std::regex_search(line, m, row)) continue;
+    std::stringstream names(m[2].str());
+    for (std::string name; std::getline(names, name, ',');) {
+      documented.insert(m[1].str() + "." + name.substr(name.find_first_not_of(' ')));
+    }
+  }
+  const auto keys = configKeys();
+  const std::set<std::string> accepted(keys.begin(), keys.end());
+  EXPECT_EQ(accepted.size(), keys.size()) << "a key is read twice";
+  EXPECT_GT(keys.size(), 50u);
+  for (auto& k : accepted) EXPECT_TRUE(documented.count(k)) << k << " is accepted but not in README.md's key table";
+  for (auto& k : documented) EXPECT_TRUE(accepted.count(k)) << k << " is in README.md's key table but not accepted";
+}
 
 TEST(Config, CheckpointAndClusterDefaults) {
   auto c = Config::fromYamlText(kValid, {"job.output_dir=/tmp/run"});
