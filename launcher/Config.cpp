@@ -808,7 +808,8 @@ std::string Config::toYaml() const {
     << YAML::Key << "microbatches"
     << YAML::Value << pipeline.microbatches << YAML::Key << "data_parallel" << YAML::Value << pipeline.dataParallel
     << YAML::Key << "cuts" << YAML::Value << YAML::Flow << pipeline.cuts << YAML::Key << "execution" << YAML::Value
-    << pipeline.execution << YAML::Key << "boundary_dtype" << YAML::Value << pipeline.boundaryDtype << YAML::Key << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
+    << pipeline.execution << YAML::Key << "boundary_dtype" << YAML::Value << pipeline.boundaryDtype << YAML::Key
+    << "plan" << YAML::Value << pipeline.plan << YAML::Key << "partition"
     << YAML::Value << YAML::BeginMap << YAML::Key << "method" << YAML::Value << pipeline.partitionMethod
     << YAML::Key << "min_op_level_gain" << YAML::Value << pipeline.minOpLevelGain << YAML::EndMap << YAML::EndMap;
   e << YAML::Key << "memory" << YAML::Value << YAML::BeginMap << YAML::Key << "budget_mb" << YAML::Value

@@ -48,7 +48,6 @@ std::string scaleText(double scale) {  // a loss scale: a power of two, >= 1
   return text;
 }
 
-
 // Does some stage of this rank carry out a memory plan?
 bool hasMemoryPlan(const pipeline::RankWorker& worker) {
   for (size_t i = 0; i < worker.size(); ++i) {

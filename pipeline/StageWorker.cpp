@@ -36,7 +36,7 @@ torch::Tensor StageWorker::toWire(const torch::Tensor& t) const {
 }
 
 torch::Tensor StageWorker::fromWire(const torch::Tensor& t, const ValueInfo& v) const {
-  return t.scalar_type() == v.dtype ? t : t.to(v.dtype);
+  return t.to(v.dtype);  // itself when the wire kept the graph's dtype
 }
 
 // State of one micro-batch between its forward and its backward.
