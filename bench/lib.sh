@@ -8,6 +8,10 @@ median() {
 }
 
 # median_step_time METRICS_JSONL: median step_time_s after 3 warm-up steps.
+# jfields KEYS FILE: the "key": value pairs of a metrics.jsonl whose key
+# matches KEYS (a grep alternation, e.g. 'loss\|eval_loss'), one per line,
+# printed as `"key": value` whatever the file's spacing.
+jfields() { grep -o "\"\\($1\\)\": *[^,}]*" "$2" | sed 's/": */": /'; }
 median_step_time() {
-  grep -o '"step_time_s": [^,}]*' "$1" | awk '{print $2}' | tail -n +4 | median
+  jfields step_time_s "$1" | awk '{print $2}' | tail -n +4 | median
 }

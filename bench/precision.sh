@@ -30,7 +30,7 @@ for p in fp32 bf16; do
   "$sluice" partition "$root/configs/quickstart.yaml" --profile "$tmp/profile_$p.pb" -o "$tmp/plan_$p.pb" "${shape[@]}" \
     --set training.precision=$p >"$tmp/plan_$p.log" 2>&1 || { cat "$tmp/plan_$p.log" >&2; exit 1; }
 done
-losses_last() { grep -o '"loss": [^,}]*' "$1" | tail -1 | awk '{print $2}'; }
+losses_last() { jfields loss "$1" | tail -1 | awk '{print $2}'; }
 run() {  # precision round -> "step_time peak_stage0 peak_stage1 last_loss"
   local out="$tmp/run_$1_$2"
   "$sluice" train "$root/configs/quickstart.yaml" "${shape[@]}" --set training.precision="$1" \
@@ -38,7 +38,7 @@ run() {  # precision round -> "step_time peak_stage0 peak_stage1 last_loss"
     --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
   local peaks
-  peaks=$(grep -o '"peak_bytes": \[[^]]*\]' "$out/metrics.jsonl" | tr -d '[],' | awk '
+  peaks=$(grep -o '"peak_bytes": *\[[^]]*\]' "$out/metrics.jsonl" | tr '[],' '   ' | awk '
     { for (i = 2; i <= NF; ++i) if ($i > m[i]) m[i] = $i } END { print m[2], m[3] }')
   echo "$(median_step_time "$out/metrics.jsonl") $peaks $(losses_last "$out/metrics.jsonl")"
 }

@@ -34,10 +34,10 @@ run() {  # precision round -> "step_time peak_bytes last_loss parameters"
   "$sluice" train "$root/configs/quickstart.yaml" "${shape[@]}" --set training.precision="$1" --set job.output_dir="$out" \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
   local peak params
-  peak=$(grep -o '"peak_bytes": \[[^]]*\]' "$out/metrics.jsonl" | tr -d '[],' | awk '$2 > m { m = $2 } END { print m + 0 }')
+  peak=$(grep -o '"peak_bytes": *\[[^]]*\]' "$out/metrics.jsonl" | tr '[],' '   ' | awk '$2 > m { m = $2 } END { print m + 0 }')
   params=$(sed -n 's/.* \([0-9]*\) parameter tensors (\([0-9.]*\) \([KMG]\)iB).*/\2 \3/p' "$out/logs/rank_0.log" | head -1 |
     awk '{ f = $2 == "K" ? 1024 : $2 == "M" ? 1048576 : 1073741824; print $1 * f / 4 }')
-  echo "$(median_step_time "$out/metrics.jsonl") $peak $(grep -o '"loss": [^,}]*' "$out/metrics.jsonl" | tail -1 | awk '{print $2}') $params"
+  echo "$(median_step_time "$out/metrics.jsonl") $peak $(jfields loss "$out/metrics.jsonl" | tail -1 | awk '{print $2}') $params"
 }
 results="$tmp/results"
 : >"$results"

@@ -1,4 +1,6 @@
 // core::Communicator: tensors between ranks, over a backend chosen by the
+//
+// Public API (docs/architecture.md, "Public API"); a usage example follows the contract.
 // tensor's device (core/CommBackend.h): CPU tensors over Open MPI; CUDA
 // tensors over NCCL where one is attached (withDeviceBackend), else over
 // MPI through host staging (core/MpiBackend.h, Note [host staging]).

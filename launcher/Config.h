@@ -1,5 +1,9 @@
 // launcher::Config: the job's YAML, typed and validated once at load.
 //
+// Public API (docs/architecture.md, "Public API"):
+//   auto c = sluice::Config::load("configs/quickstart.yaml", {"training.steps=50"});
+//   c.pipeline.stages;  c.toYaml();                     // every key with its value
+//
 // Precedence: --set overrides > YAML file > the defaults below. Unknown keys
 // are errors naming their YAML path; degrees that must divide are checked with
 // the arithmetic in the message; an empty file is an error (not a config of
@@ -12,11 +16,23 @@
 #include <string>
 #include <vector>
 
+#include "core/Choice.h"
 #include "core/Communicator.h"
 #include "core/Device.h"
+#include "core/StageModule.h"
 #include "core/TransferGuard.h"
 
 namespace sluice {
+
+// The choices below are parsed once, by name, into these types (STYLE rule
+// 9); each table lists the names (Config.cpp).
+enum class Precision { Fp32, Bf16, Fp16 };
+enum class NanPolicy { Abort, Skip };
+enum class BoundaryDtype { Graph, Compute };
+const std::vector<Choice<Precision>>& precisionChoices();          // fp32 | bf16 | fp16
+const std::vector<Choice<NanPolicy>>& nanPolicyChoices();          // abort | skip
+const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices();  // graph | compute
+const std::vector<Choice<ExecMode>>& executionChoices();           // eager | compiled
 
 struct JobConfig {
   std::string name = "sluice";      // shown in logs
@@ -89,11 +105,11 @@ struct TrainingConfig {
   // training.nan_policy: abort (a non-finite loss stops the job, read at log
   // points) | skip (a step whose gradients are not finite anywhere is dropped
   // on every rank and counted in metrics; checked every step)
-  std::string nanPolicy = "abort";
+  NanPolicy nanPolicy = NanPolicy::Abort;
   // training.precision: fp32 | bf16 | fp16 (the forward captured under autocast:
   // matrix products in bfloat16, float32 weights, gradients, optimizer state,
   // loss; launcher/ModelSetup.h, Note [bf16 by capture])
-  std::string precision = "fp32";
+  Precision precision = Precision::Fp32;
   // fp16 only (CUDA): dynamic loss scaling (optim/LossScaler.h, Note [fp16
   // loss scaling]). training.loss_scale: the first scale, a power of two;
   // training.loss_scale_window: applied steps in a row before it doubles.
@@ -144,11 +160,11 @@ struct PipelineConfig {
   // eager (node by node, the default: on CPU it is as fast as the TorchScript
   // executor and saves exactly what the profiler measures; the executor's
   // autodiff saves ~20% more activations) | compiled (TorchScript executor)
-  std::string execution = "eager";
+  ExecMode execution = ExecMode::Eager;
   // graph (each boundary value travels in the dtype the graph gives it: layouts
   // stay exact) | compute (float32 activations and their gradients travel in
   // training.precision's bf16/fp16: half the bytes, rounded on the way)
-  std::string boundaryDtype = "graph";
+  BoundaryDtype boundaryDtype = BoundaryDtype::Graph;
 };
 
 struct OptimizerConfig {

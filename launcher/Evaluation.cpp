@@ -56,12 +56,12 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   }
   // Only the stage-to-rank map of the schedule matters here (evaluateMicroBatch() runs no schedule).
   const int p = config.pipeline.stages;
-  const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeSchedule("gpipe", p, 1);
+  const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeGPipe(p, 1);
   for (size_t s = stageIndex; s < stages.size(); s += p) {
     workers_.push_back(std::make_unique<pipeline::StageWorker>(stages[s], setup.tensorsByName(stages[s].paramInputs),
                                                                pipelineComm, schedule, setup.loss, ExecMode::Eager,
                                                                boundaryComms, setup.device));
-    if (config.pipeline.boundaryDtype == "compute") workers_.back()->setBoundaryType(setup.computeType);
+    if (config.pipeline.boundaryDtype == BoundaryDtype::Compute) workers_.back()->setBoundaryType(setup.computeType);
   }
 }
 

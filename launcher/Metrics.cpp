@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/HostSync.h"
@@ -15,19 +17,37 @@ namespace sluice {
 
 namespace {
 
-// The metrics lines of steps before `step` (a file from an earlier run).
+// The metrics lines of steps before `step` (a file from an earlier run). A
+// line that is not a JSON object with a step (one cut short when that run
+// was killed mid-write) is dropped.
 std::string linesBefore(const std::string& path, int64_t step) {
   std::ifstream in(path);
   std::string line, kept;
   while (std::getline(in, line)) {
-    auto at = line.find("\"step\": ");
-    if (at == std::string::npos) continue;
-    if (std::atoll(line.c_str() + at + 8) < step) kept += line + "\n";
+    const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
+    if (record["step"].get<int64_t>() < step) kept += line + "\n";
   }
   return kept;
 }
 
+// v rounded to `decimals` places (a rate or a time: more digits are noise).
+double rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::isfinite(v) ? std::round(v * scale) / scale : v;
+}
+
 }  // namespace
+
+// One JSON object per line (nlohmann-json writes it; JSON has no NaN, so a
+// non-finite number is null).
+void MetricsWriter::writeLine(const nlohmann::ordered_json& line, bool flush) {
+  out_ << line.dump() << "\n";
+  if (flush) {
+    out_.flush();
+    checkWritten();
+  }
+}
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t totalSteps, int64_t resumeStep)
     : path_(path), totalSteps_(totalSteps) {
@@ -51,25 +71,20 @@ void MetricsWriter::checkWritten() {
 }
 
 void MetricsWriter::recordEval(int64_t step, double loss, double accuracy, int64_t samples, double seconds) {
-  char line[256];
-  std::snprintf(line, sizeof(line), "{\"step\": %lld, \"eval_loss\": %.9g", static_cast<long long>(step), loss);
-  out_ << line;
-  if (accuracy >= 0) {
-    std::snprintf(line, sizeof(line), ", \"eval_accuracy\": %.6f", accuracy);
-    out_ << line;
-  }
-  out_ << ", \"eval_samples\": " << samples << "}\n";
-  out_.flush();
-  checkWritten();
+  nlohmann::ordered_json line{{"step", step}, {"eval_loss", loss}};
+  if (accuracy >= 0) line["eval_accuracy"] = rounded(accuracy, 6);
+  line["eval_samples"] = samples;
+  writeLine(line);
+  char text[128];
   std::string console = "eval after step " + std::to_string(step + 1) + "  eval_loss ";
-  std::snprintf(line, sizeof(line), "%.4f", loss);
-  console += line;
+  std::snprintf(text, sizeof(text), "%.4f", loss);
+  console += text;
   if (accuracy >= 0) {
-    std::snprintf(line, sizeof(line), "  eval_accuracy %.2f%%", 100 * accuracy);
-    console += line;
+    std::snprintf(text, sizeof(text), "  eval_accuracy %.2f%%", 100 * accuracy);
+    console += text;
   }
-  std::snprintf(line, sizeof(line), "  (%lld samples, %.1f s)", static_cast<long long>(samples), seconds);
-  log::info(console + line);
+  std::snprintf(text, sizeof(text), "  (%lld samples, %.1f s)", static_cast<long long>(samples), seconds);
+  log::info(console + text);
   if (tb_) {
     tb_->scalar("eval_loss", loss, step);
     if (accuracy >= 0) tb_->scalar("eval_accuracy", accuracy, step);
@@ -86,33 +101,20 @@ void MetricsWriter::flush() {
     SLUICE_CHECK(std::isfinite(loss) || r.skipped, Error,
                  "loss is " << loss << " at step " << r.step << "; stopping (lower optimizer.lr, or set "
                             << "training.nan_policy: skip to drop such steps)");
-    char line[512];
-    std::snprintf(line, sizeof(line),
-                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"step_time_s\": %.6f, \"samples_per_s\": %.3f",
-                  static_cast<long long>(r.step), loss, r.lr, r.stepTimeSeconds, r.samples / r.stepTimeSeconds);
-    out_ << line;
-    if (r.tokens > 0) {
-      std::snprintf(line, sizeof(line), ", \"tokens_per_s\": %.1f", r.tokens / r.stepTimeSeconds);
-      out_ << line;
-    }
-    if (r.skipped) out_ << ", \"skipped\": true";
     const double gradNorm = r.gradNorm.defined() ? hostsync::read<double>(r.gradNorm) : 0;
-    if (r.gradNorm.defined() && std::isfinite(gradNorm)) {
-      std::snprintf(line, sizeof(line), ", \"grad_norm\": %.9g", gradNorm);
-      out_ << line;
-    } else if (r.gradNorm.defined()) {
-      out_ << ", \"grad_norm\": null";  // not finite (JSON has no NaN)
-    }
-    if (r.lossScale > 0) {
-      std::snprintf(line, sizeof(line), ", \"loss_scale\": %.0f", r.lossScale);
-      out_ << line;
-    }
-    if (!r.stagePeakBytes.empty()) {
-      out_ << ", \"peak_bytes\": [";
-      for (size_t i = 0; i < r.stagePeakBytes.size(); ++i) out_ << (i ? ", " : "") << r.stagePeakBytes[i];
-      out_ << "]";
-    }
-    out_ << "}\n";
+    // Losses and norms exactly (the shortest decimal that reads back as the
+    // same double); rates and times rounded.
+    nlohmann::ordered_json line{{"step", r.step},
+                                {"loss", loss},
+                                {"lr", r.lr},
+                                {"step_time_s", rounded(r.stepTimeSeconds, 6)},
+                                {"samples_per_s", rounded(r.samples / r.stepTimeSeconds, 3)}};
+    if (r.tokens > 0) line["tokens_per_s"] = rounded(r.tokens / r.stepTimeSeconds, 1);
+    if (r.skipped) line["skipped"] = true;
+    if (r.gradNorm.defined()) line["grad_norm"] = std::isfinite(gradNorm) ? nlohmann::ordered_json(gradNorm) : nullptr;
+    if (r.lossScale > 0) line["loss_scale"] = r.lossScale;
+    if (!r.stagePeakBytes.empty()) line["peak_bytes"] = r.stagePeakBytes;
+    writeLine(line, /*flush=*/false);
     if (tb_) {
       tb_->scalar("loss", loss, r.step);
       tb_->scalar("lr", r.lr, r.step);

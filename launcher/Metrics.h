@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <fstream>
 #include <memory>
 #include <string>
@@ -50,6 +52,7 @@ class MetricsWriter {
   void setTensorBoard(std::unique_ptr<TensorBoardWriter> tb) { tb_ = std::move(tb); }
 
  private:
+  void writeLine(const nlohmann::ordered_json& line, bool flush = true);
   void checkWritten();  // Error when a write to the file failed (e.g. a full disk)
   std::ofstream out_;
   std::string path_;

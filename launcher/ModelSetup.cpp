@@ -102,8 +102,8 @@ ModelSetup makeModelSetup(const Config& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s = makeModel(c);
-  if (c.training.precision != "fp32") {
-    s.computeType = c.training.precision == "bf16" ? c10::kBFloat16 : c10::kHalf;
+  if (c.training.precision != Precision::Fp32) {
+    s.computeType = c.training.precision == Precision::Bf16 ? c10::kBFloat16 : c10::kHalf;
     // The loss in float32 (logits may leave the graph in the compute dtype).
     s.loss = [inner = s.loss, low = s.computeType](const torch::Tensor& out, const torch::Tensor& target) {
       return inner(out.scalar_type() == low ? out.to(c10::kFloat) : out, target);
@@ -116,102 +116,141 @@ ModelSetup makeModelSetup(const Config& c) {
   return s;
 }
 
-static ModelSetup makeModel(const Config& c) {
+namespace {
+
+ModelSetup torchScriptModel(const Config& c) {
   ModelSetup s;
-  torch::manual_seed(static_cast<uint64_t>(c.job.seed));
-  if (c.model.name == "torchscript") {
-    std::vector<std::string> names;
-    for (auto& in : c.model.inputs) names.push_back(in.name);
-    const bool targetsLast = c.model.loss == "none";
-    auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names, targetsLast));
-    s.module = ts->holder();
-    s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
-    s.setTraining = [ts](bool on) { ts->setTraining(on); };
-    s.inputNames = names;
-    if (c.data.name == "fashion_mnist") {
-      s.dataset = fashionMnistTrain(c);
-    } else {
-      const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
-      s.tokensPerSample = seqLen;
-      s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
-    }
-    if (c.model.loss == "none") {
-      s.targetsAreInputs = true;
-      s.inputNames.push_back("targets");  // the graph's second data input
-      s.loss = [path = c.model.path](const torch::Tensor& out, const torch::Tensor&) {
-        SLUICE_CHECK(out.dim() == 0, GraphError,
-                     "model.loss: none, but forward of '" << path << "' returned a tensor of shape " << out.sizes()
-                                                         << ", not a scalar loss; return the loss (e.g. .mean())");
-        return out;
-      };
-    } else if (c.model.loss == "mse") {
-      s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
-        return torch::mse_loss(out, target.to(out.scalar_type()));
-      };
-    } else {
-      s.loss = crossEntropy;
-    }
-    return s;
-  }
-  if (c.model.name == "cnn") {
-    models::CnnOptions o;
-    o.channels = c.model.channels;
-    o.classes = c.model.classes;
-    auto cnn = models::Cnn(o);
-    s.module = cnn.ptr();
-    s.forward = [cnn](const std::vector<torch::Tensor>& in) mutable { return cnn->forward(in.at(0)); };
+  std::vector<std::string> names;
+  for (auto& in : c.model.inputs) names.push_back(in.name);
+  const bool targetsLast = c.model.loss == "none";
+  auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names, targetsLast));
+  s.module = ts->holder();
+  s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
+  s.setTraining = [ts](bool on) { ts->setTraining(on); };
+  s.inputNames = names;
+  if (c.data.name == "fashion_mnist") {
     s.dataset = fashionMnistTrain(c);
-    s.loss = crossEntropy;
-    return s;
-  }
-  // The keys GPT and Llama share.
-  auto languageModel = [&c](auto& o) {
-    o.vocabSize = c.model.vocabSize;
-    o.blockSize = c.model.blockSize;
-    o.layers = c.model.layers;
-    o.heads = c.model.heads;
-    o.embd = c.model.embd;
-    o.dropout = c.model.dropout;
-    o.tieEmbeddings = c.model.tieEmbeddings;
-  };
-  if (c.model.name == "gpt") {
-    models::GptOptions o;
-    languageModel(o);
-    auto gpt = models::Gpt(o);
-    s.module = gpt.ptr();
-    s.forward = [gpt](const std::vector<torch::Tensor>& in) mutable { return gpt->forward(in.at(0)); };
-  } else if (c.model.name == "llama") {
-    models::LlamaOptions o;
-    languageModel(o);
-    o.kvHeads = c.model.kvHeads == 0 ? c.model.heads : c.model.kvHeads;
-    o.hidden = c.model.ffnHidden;
-    auto llama = models::Llama(o);
-    s.module = llama.ptr();
-    s.forward = [llama](const std::vector<torch::Tensor>& in) mutable { return llama->forward(in.at(0)); };
-  }
-  if (c.model.name == "gpt" || c.model.name == "llama") {
-    const int64_t blockSize = c.model.blockSize, vocabSize = c.model.vocabSize;
-    s.tokensPerSample = blockSize;
-    if (c.data.name == "text") {
-      s.dataset = std::make_unique<data::TextDataset>(c.data.path, blockSize, c.job.seed);
-    } else if (c.data.name == "tokens") {
-      s.dataset = std::make_unique<data::TokenFile>(c.data.path, c.data.tokenDtype, blockSize, vocabSize, c.job.seed);
-    } else {
-      s.dataset = std::make_unique<data::SyntheticTokens>(vocabSize, blockSize, c.job.seed);
-    }
   } else {
-    models::MlpOptions o;
-    o.inputDim = c.model.inputDim;
-    o.hidden = c.model.hidden;
-    o.layers = c.model.mlpLayers;
-    o.classes = c.model.classes;
-    auto mlp = models::Mlp(o);
-    s.module = mlp.ptr();
-    s.forward = [mlp](const std::vector<torch::Tensor>& in) mutable { return mlp->forward(in.at(0)); };
-    s.dataset = std::make_unique<data::SyntheticClassification>(o.inputDim, o.classes, c.job.seed);
+    const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
+    s.tokensPerSample = seqLen;
+    s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
   }
+  if (c.model.loss == "none") {
+    s.targetsAreInputs = true;
+    s.inputNames.push_back("targets");  // the graph's second data input
+    s.loss = [path = c.model.path](const torch::Tensor& out, const torch::Tensor&) {
+      SLUICE_CHECK(out.dim() == 0, GraphError,
+                   "model.loss: none, but forward of '" << path << "' returned a tensor of shape " << out.sizes()
+                                                       << ", not a scalar loss; return the loss (e.g. .mean())");
+      return out;
+    };
+  } else if (c.model.loss == "mse") {
+    s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
+      return torch::mse_loss(out, target.to(out.scalar_type()));
+    };
+  } else {
+    s.loss = crossEntropy;
+  }
+  return s;
+}
+
+// A built-in module, whose forward takes the one data input.
+template <class Holder>
+void setModule(ModelSetup& s, Holder module) {
+  s.module = module.ptr();
+  s.forward = [module](const std::vector<torch::Tensor>& in) mutable { return module->forward(in.at(0)); };
+}
+
+ModelSetup cnnModel(const Config& c) {
+  ModelSetup s;
+  models::CnnOptions o;
+  o.channels = c.model.channels;
+  o.classes = c.model.classes;
+  auto cnn = models::Cnn(o);
+  setModule(s, cnn);
+  s.dataset = fashionMnistTrain(c);
   s.loss = crossEntropy;
   return s;
+}
+
+// GPT and Llama: the options they share, and their data (bytes of text,
+// token files, or synthetic tokens).
+template <class Options>
+Options languageModelOptions(const Config& c) {
+  Options o;
+  o.vocabSize = c.model.vocabSize;
+  o.blockSize = c.model.blockSize;
+  o.layers = c.model.layers;
+  o.heads = c.model.heads;
+  o.embd = c.model.embd;
+  o.dropout = c.model.dropout;
+  o.tieEmbeddings = c.model.tieEmbeddings;
+  return o;
+}
+
+void languageModelData(const Config& c, ModelSetup& s) {
+  const int64_t blockSize = c.model.blockSize, vocabSize = c.model.vocabSize;
+  s.tokensPerSample = blockSize;
+  if (c.data.name == "text") {
+    s.dataset = std::make_unique<data::TextDataset>(c.data.path, blockSize, c.job.seed);
+  } else if (c.data.name == "tokens") {
+    s.dataset = std::make_unique<data::TokenFile>(c.data.path, c.data.tokenDtype, blockSize, vocabSize, c.job.seed);
+  } else {
+    s.dataset = std::make_unique<data::SyntheticTokens>(vocabSize, blockSize, c.job.seed);
+  }
+  s.loss = crossEntropy;
+}
+
+ModelSetup gptModel(const Config& c) {
+  ModelSetup s;
+  auto gpt = models::Gpt(languageModelOptions<models::GptOptions>(c));
+  setModule(s, gpt);
+  languageModelData(c, s);
+  return s;
+}
+
+ModelSetup llamaModel(const Config& c) {
+  ModelSetup s;
+  auto o = languageModelOptions<models::LlamaOptions>(c);
+  o.kvHeads = c.model.kvHeads == 0 ? c.model.heads : c.model.kvHeads;
+  o.hidden = c.model.ffnHidden;
+  auto llama = models::Llama(o);
+  setModule(s, llama);
+  languageModelData(c, s);
+  return s;
+}
+
+ModelSetup mlpModel(const Config& c) {
+  ModelSetup s;
+  models::MlpOptions o;
+  o.inputDim = c.model.inputDim;
+  o.hidden = c.model.hidden;
+  o.layers = c.model.mlpLayers;
+  o.classes = c.model.classes;
+  auto mlp = models::Mlp(o);
+  setModule(s, mlp);
+  s.dataset = std::make_unique<data::SyntheticClassification>(o.inputDim, o.classes, c.job.seed);
+  s.loss = crossEntropy;
+  return s;
+}
+
+// model.name -> the model, its data and its loss. Adding a model: a builder
+// above and a row here (docs/architecture.md, "Add a model").
+struct ModelKind {
+  const char* name;
+  ModelSetup (*build)(const Config&);
+};
+constexpr ModelKind kModels[] = {
+    {"gpt", gptModel}, {"llama", llamaModel}, {"mlp", mlpModel}, {"cnn", cnnModel}, {"torchscript", torchScriptModel}};
+
+}  // namespace
+
+static ModelSetup makeModel(const Config& c) {
+  torch::manual_seed(static_cast<uint64_t>(c.job.seed));
+  for (const auto& kind : kModels) {
+    if (c.model.name == kind.name) return kind.build(c);
+  }
+  throw ConfigError("config error: unknown model.name '" + c.model.name + "'");
 }
 
 OpGraph ModelSetup::captureEval(int64_t microBatchSize) const {

@@ -11,6 +11,7 @@
 #include "memory/SwapTier.h"
 #include "partition/Refill.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 
@@ -74,7 +75,7 @@ memory::MemoryPlan memoryPlanFor(const partition::Plan& plan, int stage, const C
   for (auto& d : plan.stageDecisions(stage)) {
     memory::StorageDecision s;
     s.key = {d.node, d.slot};
-    s.action = d.action == partition::Action::Swap ? memory::TensorAction::Swap : memory::TensorAction::Recompute;
+    s.action = d.action;  // the same enum (partition::Action is memory::TensorAction)
     s.segment = d.segment;
     s.bytes = d.bytes;
     out.decisions.push_back(std::move(s));
@@ -113,10 +114,16 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
                         : partition::planForCuts(graph, profile, settings, cuts);
   };
   if (settings.schedule != "auto") return plan(settings.schedule);
-  std::vector<std::string> candidates{"1f1b", "zb-h1", "gpipe"};
-  // Interleaved where the config allows it (pipeline.chunks > 1, Config.h) and the cuts, if given, are for it.
+  // The table's candidates in their order; interleaved ones where the config
+  // allows them (pipeline.chunks > 1, Config.h) and the cuts, if given, are for them.
   const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
-  if (chunks > 1 && cutsForInterleaved) candidates.insert(candidates.end(), {"interleaved", "interleaved-zb"});
+  std::vector<const pipeline::ScheduleKind*> kinds;
+  for (auto& k : pipeline::scheduleKinds()) {
+    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved))) kinds.push_back(&k);
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
+  std::vector<std::string> candidates;
+  for (auto* k : kinds) candidates.push_back(k->name);
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;
   report.precision(1);

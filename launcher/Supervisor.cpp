@@ -54,93 +54,112 @@ struct Run {
   std::string cause;
 };
 
-// Runs the plan once; its stderr goes through the filter.
-Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
-  ranksReady = ranks > 0 ? 0 : 1;
-  int ready = 0;
-  int fds[2];
-  SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  SLUICE_CHECK(pid >= 0, Error, "cannot fork: " << std::strerror(errno));
-  if (pid == 0) {
-    // Note [no orphans]: the job dies with its launcher. If `sluice train`
-    // is killed (even by SIGKILL), mpirun gets SIGTERM and ends the ranks
-    // at once instead of training on unsupervised. It runs in its own process
-    // group, so a Ctrl-C at the terminal reaches the launcher only, which
-    // turns it into the same orderly stop as SIGTERM (SIGUSR1 to the ranks:
-    // a checkpoint when checkpointing is on).
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) std::_Exit(143);  // the launcher died before prctl
-    ::setpgid(0, 0);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGUSR1, SIG_DFL);
-    signal(SIGUSR2, SIG_DFL);
-    for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
-    setenv("RESTART_COUNT", std::to_string(restart).c_str(), 1);
-    std::vector<char*> args;
-    for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "sluice: cannot start %s: %s (install openmpi-bin, or run scripts/setup.sh)\n",
-                 plan.argv[0].c_str(), std::strerror(errno));
-    std::_Exit(127);
-  }
-  childPid = pid;
-  ::close(fds[1]);
-  if (stopRequested && ranksReady) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
-  Run run;
-  std::string pending;
-  std::vector<std::string> block;
-  bool inBlock = false;
-  std::string causeMessage;
-  auto emit = [&](const std::string& line) {
+// The job's stderr, line by line: rank-ready lines counted, the root cause
+// kept for the end, Open MPI's failure blocks and noise dropped, the rest
+// passed on.
+class StderrFilter {
+ public:
+  StderrFilter(Run& run, pid_t pid, int ranks) : run_(run), pid_(pid), ranks_(ranks) {}
+  void add(const std::string& line) {
     if (line == kRankReadyLine) {
-      if (++ready == ranks) {
+      if (++ready_ == ranks_) {
         ranksReady = 1;
-        if (stopRequested) ::kill(pid, SIGUSR1);  // held until every rank could take it
+        if (stopRequested) ::kill(pid_, SIGUSR1);  // held until every rank could take it
       }
       return;
     }
-    if (line.find("stopped on request after step") != std::string::npos) run.stoppedEarly = true;
+    if (line.find("stopped on request after step") != std::string::npos) run_.stoppedEarly = true;
     // The first failing rank's own line is printed once, at the end, as the
     // root cause; other ranks failing with the same message are not repeated.
     static const std::string failedMark = "error: this rank failed: ";
     const auto failedAt = line.find(failedMark);
     const std::string message = failedAt == std::string::npos ? "" : line.substr(failedAt + failedMark.size());
-    if (run.cause.empty()) {
-      run.cause = rootCauseOf(line);
-      if (!run.cause.empty() && !message.empty()) {
-        causeMessage = message;
+    if (run_.cause.empty()) {
+      run_.cause = rootCauseOf(line);
+      if (!run_.cause.empty() && !message.empty()) {
+        causeMessage_ = message;
         return;
       }
-    } else if (!message.empty() && message == causeMessage) {
+    } else if (!message.empty() && message == causeMessage_) {
       return;
     }
     if (isDashes(line)) {
-      if (!inBlock) {
-        inBlock = true;
-        block = {line};
+      if (!inBlock_) {
+        inBlock_ = true;
+        block_ = {line};
         return;
       }
-      block.push_back(line);
-      inBlock = false;
-      if (!isFailureBlock(block)) {
-        for (auto& l : block) std::cerr << l << "\n";
+      block_.push_back(line);
+      inBlock_ = false;
+      if (!isFailureBlock(block_)) {
+        for (auto& l : block_) std::cerr << l << "\n";
       }
-      block.clear();
+      block_.clear();
       return;
     }
-    if (inBlock) {
-      block.push_back(line);
+    if (inBlock_) {
+      block_.push_back(line);
       return;
     }
     if (!isLauncherNoise(line, false)) std::cerr << line << std::endl;
-  };
+  }
+  void finish() {
+    for (auto& l : block_) std::cerr << l << "\n";  // an unterminated block
+  }
+
+ private:
+  Run& run_;
+  pid_t pid_;
+  int ranks_, ready_ = 0;
+  std::vector<std::string> block_;
+  bool inBlock_ = false;
+  std::string causeMessage_;
+};
+
+// The child: mpirun (or srun) with the plan's environment, its stderr into the pipe.
+[[noreturn]] void execPlan(const LaunchPlan& plan, int restart, pid_t parent, const int fds[2]) {
+  // Note [no orphans]: the job dies with its launcher. If `sluice train`
+  // is killed (even by SIGKILL), mpirun gets SIGTERM and ends the ranks
+  // at once instead of training on unsupervised. It runs in its own process
+  // group, so a Ctrl-C at the terminal reaches the launcher only, which
+  // turns it into the same orderly stop as SIGTERM (SIGUSR1 to the ranks:
+  // a checkpoint when checkpointing is on).
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) std::_Exit(143);  // the launcher died before prctl
+  ::setpgid(0, 0);
+  ::dup2(fds[1], STDERR_FILENO);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
+  signal(SIGUSR2, SIG_DFL);
+  for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
+  setenv("RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  std::vector<char*> args;
+  for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  std::fprintf(stderr, "sluice: cannot start %s: %s (install openmpi-bin, or run scripts/setup.sh)\n",
+               plan.argv[0].c_str(), std::strerror(errno));
+  std::_Exit(127);
+}
+
+// Runs the plan once; its stderr goes through the filter.
+Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
+  ranksReady = ranks > 0 ? 0 : 1;
+  int fds[2];
+  SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  SLUICE_CHECK(pid >= 0, Error, "cannot fork: " << std::strerror(errno));
+  if (pid == 0) execPlan(plan, restart, parent, fds);
+  childPid = pid;
+  ::close(fds[1]);
+  if (stopRequested && ranksReady) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
+  Run run;
+  StderrFilter filter(run, pid, ranks);
+  std::string pending;
   char buf[4096];
   while (true) {
     const ssize_t n = ::read(fds[0], buf, sizeof(buf));
@@ -149,12 +168,12 @@ Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
     pending.append(buf, static_cast<size_t>(n));
     size_t nl;
     while ((nl = pending.find('\n')) != std::string::npos) {
-      emit(pending.substr(0, nl));
+      filter.add(pending.substr(0, nl));
       pending.erase(0, nl + 1);
     }
   }
-  if (!pending.empty()) emit(pending);
-  for (auto& l : block) std::cerr << l << "\n";  // an unterminated block
+  if (!pending.empty()) filter.add(pending);
+  filter.finish();
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

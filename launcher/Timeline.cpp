@@ -1,10 +1,13 @@
 #include "launcher/Timeline.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <algorithm>
 #include <limits>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/Files.h"
 
@@ -22,15 +25,6 @@ int streamId(const std::string& stream) {
     if (stream == kStreams[i]) return i;
   }
   return 0;
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
 }
 
 // This rank's clock minus rank 0's, in microseconds (0 on rank 0).
@@ -63,6 +57,18 @@ double clockOffsetUs(const Communicator& world) {
 }
 
 // Rank 0: the measured vs predicted table (see the header).
+// The plan's busy time and bubble for pipeline rank s ("-" without a plan):
+// its stages' (several under interleaved: s, s + stages, ...).
+std::pair<std::string, std::string> predictedBusy(const partition::Plan* plan, int s, int stages) {
+  if (!plan || s >= static_cast<int>(plan->stages.size()) || plan->stepTime <= 0) return {"-", "-"};
+  double pb = 0;
+  for (size_t k = s; k < plan->stages.size(); k += stages) pb += plan->microBatches * plan->stages[k].time * 1e3;
+  char busy[32], bubble[32];
+  std::snprintf(busy, sizeof(busy), "%.2f", pb);
+  std::snprintf(bubble, sizeof(bubble), "%.1f%%", 100 * (1 - pb / (plan->stepTime * 1e3)));
+  return {busy, bubble};
+}
+
 std::string summarize(const Communicator& world, const TraceRecorder& trace, double offset, int stage,
                       int stages, const partition::Plan* plan) {
   // Per traced step: [step start, end of the last forward/backward, busy], on rank 0's clock, in us.
@@ -120,17 +126,7 @@ std::string summarize(const Communicator& world, const TraceRecorder& trace, dou
   for (int s = 0; s < stages; ++s) {
     const double b = count[s] > 0 ? busy[s] / count[s] / 1e3 : 0;
     busyAll += b;
-    std::string predicted = "-", predictedBubble = "-";
-    if (plan && s < static_cast<int>(plan->stages.size()) && plan->stepTime > 0) {
-      // A pipeline rank's busy time: its stages' (several under interleaved: s, s + stages, ...).
-      double pb = 0;
-      for (size_t k = s; k < plan->stages.size(); k += stages) pb += plan->microBatches * plan->stages[k].time * 1e3;
-      char text[32];
-      std::snprintf(text, sizeof(text), "%.2f", pb);
-      predicted = text;
-      std::snprintf(text, sizeof(text), "%.1f%%", 100 * (1 - pb / (plan->stepTime * 1e3)));
-      predictedBubble = text;
-    }
+    const auto [predicted, predictedBubble] = predictedBusy(plan, s, stages);
     std::snprintf(line, sizeof(line), "  %5d %9.2f %9.2f %7.1f%% %15s %16s\n", s, b, window - b,
                   window > 0 ? 100 * (1 - b / window) : 0.0, predicted.c_str(), predictedBubble.c_str());
     os << line;
@@ -154,37 +150,44 @@ TimelineResult writeTimeline(const Communicator& world, const TraceRecorder& tra
   TimelineResult result;
   result.summary = summarize(world, trace, offset, stage, stages, plan);
   const int rank = world.rank();
-  std::ostringstream os;
-  os << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank
-     << ", \"args\": {\"name\": " << jsonString(processName) << "}},\n"
-     << "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " << rank << ", \"args\": {\"sort_index\": " << rank
-     << "}}";
-  for (int i = 0; i < kStreamCount; ++i) {
-    os << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " << rank << ", \"tid\": " << i
-       << ", \"args\": {\"name\": \"" << kStreams[i] << "\"}}";
-  }
-  char num[64];
+  // The Chrome trace-event format: metadata naming the process and its
+  // streams, then one complete ("X") event per recorded interval.
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  auto meta = [&](const char* name, nlohmann::ordered_json args, int tid) {
+    nlohmann::ordered_json e{{"name", name}, {"ph", "M"}, {"pid", rank}};
+    if (tid >= 0) e["tid"] = tid;
+    e["args"] = std::move(args);
+    events.push_back(std::move(e));
+  };
+  meta("process_name", {{"name", processName}}, -1);
+  meta("process_sort_index", {{"sort_index", rank}}, -1);
+  for (int i = 0; i < kStreamCount; ++i) meta("thread_name", {{"name", kStreams[i]}}, i);
   for (const auto& e : trace.events()) {
-    std::snprintf(num, sizeof(num), "%.3f, \"dur\": %.3f", e.startUs - offset, e.durUs);
-    os << ",\n{\"name\": " << jsonString(e.name) << ", \"cat\": \"" << e.category << "\", \"ph\": \"X\", \"pid\": " << rank
-       << ", \"tid\": " << streamId(e.stream) << ", \"ts\": " << num << ", \"args\": {\"step\": " << e.step;
-    if (e.microBatch >= 0) os << ", \"micro_batch\": " << e.microBatch;
-    os << "}}";
+    nlohmann::ordered_json args{{"step", e.step}};
+    if (e.microBatch >= 0) args["micro_batch"] = e.microBatch;
+    // Microseconds to the nanosecond, as before: the viewers need no more.
+    events.push_back({{"name", e.name},
+                      {"cat", e.category},
+                      {"ph", "X"},
+                      {"pid", rank},
+                      {"tid", streamId(e.stream)},
+                      {"ts", std::round((e.startUs - offset) * 1e3) / 1e3},
+                      {"dur", std::round(e.durUs * 1e3) / 1e3},
+                      {"args", std::move(args)}});
   }
   const fs::path part = fs::path(outDir) / ("trace.rank_" + std::to_string(rank) + ".part");
-  writeFileAtomically(part.string(), os.str());
+  writeFileAtomically(part.string(), events.dump());
   world.barrier();
   std::string& path = result.path;
   if (rank == 0) {
-    std::string all = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+    nlohmann::ordered_json all{{"displayTimeUnit", "ms"}, {"traceEvents", nlohmann::ordered_json::array()}};
     for (int r = 0; r < world.size(); ++r) {
       const fs::path p = fs::path(outDir) / ("trace.rank_" + std::to_string(r) + ".part");
-      all += (r ? ",\n" : "") + readFile(p.string());
+      for (auto& e : nlohmann::ordered_json::parse(readFile(p.string()))) all["traceEvents"].push_back(std::move(e));
       fs::remove(p);
     }
-    all += "\n]}\n";
     path = (fs::path(outDir) / "trace.json").string();
-    writeFileAtomically(path, all);
+    writeFileAtomically(path, all.dump() + "\n");
   }
   world.barrier();
   return result;

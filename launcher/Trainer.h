@@ -1,4 +1,5 @@
 // launcher::Trainer: what one rank of a training job does, phase by phase.
+// Public API (docs/architecture.md, "Public API"); run(), or the phases in order:
 //
 //   Trainer t(config);
 //   t.setUp();      // MPI world matches the config, threads, model, captured graph
@@ -27,6 +28,7 @@
 // the same step; they write a checkpoint and train() returns normally.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -48,6 +50,7 @@
 #include "optim/GradClip.h"
 #include "optim/LossScaler.h"
 #include "optim/LrSchedule.h"
+#include "optim/TrainingOptimizer.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
 
@@ -75,6 +78,28 @@ class Trainer {
   int64_t modelPeakBytes() const { return modelPeak_; }
 
  private:
+  // buildStage()'s parts, in order.
+  void trainableAndTied(const std::vector<StageGraph>& stages);  // (plan())
+  void beginTraining();  // (train())
+  void connect();
+  void openOutputs();
+  pipeline::Schedule rankSchedule() const;
+  void buildWorkers(const pipeline::Schedule& schedule);
+  void logStages() const;
+  void buildOptimizer();
+  torch::optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
+  // report()'s parts (launcher/TrainerReport.cpp). The plan's prediction for
+  // this rank's stages together: peak, the swap window it counts whole,
+  // compute seconds per micro-batch.
+  struct RankPrediction {
+    int64_t peakBytes = 0, windowBytes = 0;
+    double computeSeconds = 0;
+  };
+  void reportTrace();
+  double reportCompute();  // the measured compute per micro-batch, seconds
+  RankPrediction reportPrediction() const;
+  void reportMemory(const RankPrediction& prediction, int64_t resident);
+  void reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident);
   void freeOtherStagesTensors();
   std::vector<pipeline::MicroBatch> microBatchesFor(int64_t step) const;
   void flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks);
@@ -108,6 +133,17 @@ class Trainer {
     Communicator::Traffic trafficAtStart;
     TransferCounts transfersAtStart;  // host<->device copies (core/TransferGuard.h)
     double computeAtStart = 0;
+    void add(double stepSeconds, int64_t syncs, bool logPoint) {
+      ++steps;
+      seconds += stepSeconds;
+      if (logPoint) {
+        ++logSteps;
+        syncsLog += syncs;
+      } else {
+        syncsNonLog += syncs;
+        maxSyncsNonLog = std::max(maxSyncsNonLog, syncs);
+      }
+    }
   } counters_;
   std::vector<int64_t> tracedSteps_;
   ModelSetup setup_;
@@ -128,7 +164,7 @@ class Trainer {
   bool sharedSwapEngine_ = false;  // this rank's stages swap through one engine (several stages per rank)
   std::string outDir_;
   std::unique_ptr<pipeline::RankWorker> worker_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::TrainingOptimizer> optimizer_;
   std::optional<optim::GradClip> clip_;  // optimizer.clip_grad_norm > 0
   std::optional<optim::LossScaler> lossScaler_;  // training.precision: fp16
   std::unique_ptr<MetricsWriter> metrics_;

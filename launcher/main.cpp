@@ -23,6 +23,7 @@
 #include "core/SystemInfo.h"
 #include "launcher/Checkpoint.h"
 #include "launcher/ClusterLaunch.h"
+#include "launcher/CommandLine.h"
 #include "launcher/Config.h"
 #include "launcher/Job.h"
 #include "launcher/Launch.h"
@@ -46,106 +47,6 @@ std::string messageOf(const std::exception& e) {
   return e.what();
 }
 
-constexpr const char* kUsage =
-    "usage: sluice <command> [arguments]\n"
-    "\n"
-    "commands:\n"
-    "  train CONFIG [--set key=value]... [--trace]\n"
-    "                                      train from a YAML config; starts mpirun itself when the\n"
-    "                                      config needs more than one rank; --trace writes a timeline\n"
-    "                                      of two steps to output_dir/trace.json (logging.trace)\n"
-    "  launch CONFIG [--hostfile F] [--set key=value]... [--dry-run] [--sbatch FILE]\n"
-    "                                      start the job on several machines: mpirun over a hostfile\n"
-    "                                      (cluster.hostfile) or srun inside a Slurm allocation\n"
-    "                                      (cluster.launcher); --dry-run prints the command only,\n"
-    "                                      --sbatch writes a batch script that runs this launch\n"
-    "  worker CONFIG [--set key=value]...  one rank of a job (what mpirun/srun start)\n"
-    "  graph CONFIG [--set key=value]... [-o FILE]\n"
-    "                                      capture the model, print one line per node (the indices\n"
-    "                                      pipeline.cuts refers to) and optionally save it as protobuf\n"
-    "  profile CONFIG -o FILE [--set key=value]...\n"
-    "                                      time every node (forward, backward), measure saved-tensor\n"
-    "                                      bytes, p2p and swap bandwidth; write a Profile (protobuf)\n"
-    "  partition CONFIG --profile FILE -o FILE [--budget-mb N] [--method profile|uniform|parameters|layers]\n"
-    "                                      choose the stage split and per-tensor keep/swap/recompute\n"
-    "                                      actions from a profile; write a Plan (protobuf) for\n"
-    "                                      pipeline.plan (defaults: memory.budget_mb and\n"
-    "                                      pipeline.partition.method from the config)\n"
-    "  export CONFIG --checkpoint DIR -o model.pt\n"
-    "                                      a TorchScript model (model.name: torchscript) with the\n"
-    "                                      weights of a checkpoint (DIR: a step_N directory, or the\n"
-    "                                      checkpoint dir for its latest), loadable by torch.jit.load\n"
-    "  plan show FILE                      print a plan: one row per stage with its predictions\n"
-    "  trace show TRACE.json -o FILE.svg   draw a trace (train --trace) as an SVG timeline\n"
-    "  --version                           versions of Sluice, LibTorch, Open MPI and the BLAS in use\n";
-
-struct Args {
-  std::string command, config, output, profile, method, budgetMb, hostfile, sbatch, checkpoint;
-  bool dryRun = false;
-  std::vector<std::string> overrides;
-};
-
-// The options each command takes (an option another command takes is an
-// error here, not silently ignored).
-const std::map<std::string, std::set<std::string>>& commandOptions() {
-  static const std::map<std::string, std::set<std::string>> options = {
-      {"train", {"--set", "--trace"}},
-      {"worker", {"--set", "--trace"}},
-      {"launch", {"--set", "--trace", "--hostfile", "--sbatch", "--dry-run"}},
-      {"graph", {"--set", "-o"}},
-      {"profile", {"--set", "-o"}},
-      {"partition", {"--set", "-o", "--profile", "--method", "--budget-mb"}},
-      {"export", {"--set", "-o", "--checkpoint"}},
-  };
-  return options;
-}
-
-Args parseArgs(int argc, char** argv) {
-  Args a;
-  if (argc < 2) throw sluice::ConfigError(kUsage);
-  a.command = argv[1];
-  auto known = commandOptions().find(a.command);
-  if (known == commandOptions().end()) {
-    throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
-  }
-  const auto& allowed = known->second;
-  for (int i = 2; i < argc; ++i) {
-    std::string s = argv[i];
-    const std::string option = s.rfind("--set=", 0) == 0 ? "--set" : s;
-    if (!s.empty() && s[0] == '-' && !allowed.count(option)) {
-      bool elsewhere = false;
-      for (auto& [command, options] : commandOptions()) elsewhere = elsewhere || options.count(option);
-      throw sluice::ConfigError("sluice: " + a.command + " does not take " + s +
-                                (elsewhere ? " (another command does; see usage)" : ": unknown option") + "\n\n" +
-                                kUsage);
-    }
-    if (s == "--dry-run") {
-      a.dryRun = true;
-    } else if (s == "--trace") {
-      a.overrides.push_back("logging.trace=true");
-    } else if (s == "--set" || s == "-o" || s == "--profile" || s == "--method" || s == "--budget-mb" ||
-               s == "--hostfile" || s == "--sbatch" || s == "--checkpoint") {
-      if (i + 1 >= argc) throw sluice::ConfigError("sluice: " + s + " needs a value\n\n" + kUsage);
-      std::string v = argv[++i];
-      if (s == "--set") a.overrides.push_back(v);
-      if (s == "-o") a.output = v;
-      if (s == "--checkpoint") a.checkpoint = v;
-      if (s == "--profile") a.profile = v;
-      if (s == "--method") a.method = v;
-      if (s == "--budget-mb") a.budgetMb = v;
-      if (s == "--hostfile") a.hostfile = v;
-      if (s == "--sbatch") a.sbatch = v;
-    } else if (option == "--set") {
-      a.overrides.push_back(s.substr(6));
-    } else if (a.config.empty()) {
-      a.config = s;
-    } else {
-      throw sluice::ConfigError("sluice: unexpected argument '" + s + "'\n\n" + kUsage);
-    }
-  }
-  return a;
-}
-
 int printVersion() {
   std::cout << "sluice " << SLUICE_VERSION << "\n"
             << "LibTorch " << sluice::torchVersion() << "\n"
@@ -159,7 +60,7 @@ int printVersion() {
   return 0;
 }
 
-int runGraph(const Args& a) {
+int runGraph(const sluice::CommandLine& a) {
   auto config = sluice::Config::load(a.config, a.overrides);
   auto setup = sluice::makeModelSetup(config);
   auto graph = setup.capture(config.training.microBatchSize);
@@ -175,8 +76,8 @@ int runGraph(const Args& a) {
 
 // Runs on 2 ranks: both profile at once (node times averaged), ranks 0 and 1
 // time p2p, rank 0 writes the file.
-int runProfile(const Args& a, int argc, char** argv) {
-  if (a.output.empty()) throw sluice::ConfigError("sluice: profile needs -o FILE\n\n" + std::string(kUsage));
+int runProfile(const sluice::CommandLine& a, int argc, char** argv) {
+  if (a.output.empty()) throw sluice::ConfigError("sluice: profile needs -o FILE\n\n" + sluice::commandLineUsage());
   auto config = sluice::Config::load(a.config, a.overrides);
   if (!sluice::Communicator::launchedByMpi()) {
     // mpirun as a child, as for `train`: a failing rank is named once, without Open MPI's chatter.
@@ -214,9 +115,9 @@ int runProfile(const Args& a, int argc, char** argv) {
 
 // The flags win over the config: --method over pipeline.partition.method,
 // --budget-mb over memory.budget_mb (both checked like config values).
-int runPartition(Args a) {
+int runPartition(sluice::CommandLine a) {
   if (a.output.empty() || a.profile.empty()) {
-    throw sluice::ConfigError("sluice: partition needs --profile FILE and -o FILE\n\n" + std::string(kUsage));
+    throw sluice::ConfigError("sluice: partition needs --profile FILE and -o FILE\n\n" + sluice::commandLineUsage());
   }
   if (!a.method.empty()) a.overrides.push_back("pipeline.partition.method=" + a.method);
   if (!a.budgetMb.empty()) a.overrides.push_back("memory.budget_mb=" + a.budgetMb);
@@ -238,35 +139,29 @@ int runPartition(Args a) {
   return 0;
 }
 
-int runPlanShow(int argc, char** argv) {
-  if (argc != 4 || std::strcmp(argv[2], "show") != 0) {
-    throw sluice::ConfigError("sluice: usage: sluice plan show FILE\n\n" + std::string(kUsage));
-  }
-  std::cout << sluice::partition::Plan::load(argv[3]).table();
+int runPlanShow(const sluice::CommandLine& a) {
+  std::cout << sluice::partition::Plan::load(a.config).table();
   return 0;
 }
 
-int runTraceShow(int argc, char** argv) {
-  if (argc != 6 || std::strcmp(argv[2], "show") != 0 || std::strcmp(argv[4], "-o") != 0) {
-    throw sluice::ConfigError("sluice: usage: sluice trace show TRACE.json -o TIMELINE.svg\n\n" + std::string(kUsage));
-  }
+int runTraceShow(const sluice::CommandLine& a) {
   sluice::SvgSize size;
-  const std::string svg = sluice::timelineSvg(argv[3], &size);
-  sluice::writeFileAtomically(argv[5], svg);
-  std::cout << "wrote " << argv[5] << " (" << size.width << " x " << size.height << ")" << std::endl;
+  const std::string svg = sluice::timelineSvg(a.config, &size);
+  sluice::writeFileAtomically(a.output, svg);
+  std::cout << "wrote " << a.output << " (" << size.width << " x " << size.height << ")" << std::endl;
   return 0;
 }
 
 // sluice export: the checkpoint's parameters and buffers (by module path) put
 // into the module at model.path and saved to -o (models/TorchScript.h).
-int runExport(const Args& a) {
+int runExport(const sluice::CommandLine& a) {
   auto config = sluice::Config::load(a.config, a.overrides);
   if (config.model.name != "torchscript") {
     throw sluice::ConfigError("sluice export writes TorchScript models; " + a.config + " has model.name " +
                               config.model.name + " (its checkpoints load with checkpoint.resume)");
   }
   if (a.checkpoint.empty() || a.output.empty()) {
-    throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o model.pt\n\n" + std::string(kUsage));
+    throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o model.pt\n\n" + sluice::commandLineUsage());
   }
   std::string dir = a.checkpoint;
   if (!fs::exists(fs::path(dir) / "manifest.yaml") && fs::exists(fs::path(dir) / "latest")) {
@@ -285,7 +180,7 @@ int runExport(const Args& a) {
   return 0;
 }
 
-int runTrainOrWorker(const Args& a, int argc, char** argv) {
+int runTrainOrWorker(const sluice::CommandLine& a, int argc, char** argv) {
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
   if (!sluice::Communicator::launchedByMpi()) {
     sluice::checkModelFitsMemory(config, config.worldSize());
@@ -336,7 +231,7 @@ int runTrainOrWorker(const Args& a, int argc, char** argv) {
 }
 
 // `sluice launch`: the job's ranks on several machines (launcher/ClusterLaunch.h).
-int runLaunch(Args a) {
+int runLaunch(sluice::CommandLine a) {
   if (!a.hostfile.empty()) a.overrides.push_back("cluster.hostfile=" + a.hostfile);
   auto config = sluice::Config::load(a.config, a.overrides);  // validates before anything is written
   sluice::LaunchRequest request;
@@ -399,24 +294,19 @@ int main(int argc, char** argv) {
     sluice::catchStopSignals();
   }
   try {
-    if (argc >= 2 && (std::strcmp(argv[1], "--version") == 0 || std::strcmp(argv[1], "version") == 0)) {
-      return printVersion();
-    }
-    if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0)) {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (argc >= 2 && std::strcmp(argv[1], "plan") == 0) return runPlanShow(argc, argv);
-    if (argc >= 2 && std::strcmp(argv[1], "trace") == 0) return runTraceShow(argc, argv);
-    Args a = parseArgs(argc, argv);
-    if (a.config.empty()) throw sluice::ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + kUsage);
+    const auto parsed = sluice::parseCommandLine(argc, argv);
+    if (!parsed) return 0;  // --help
+    const auto& a = *parsed;
+    if (a.command == "version") return printVersion();
+    if (a.command == "plan") return runPlanShow(a);
+    if (a.command == "trace") return runTraceShow(a);
     if (a.command == "train" || a.command == "worker") return runTrainOrWorker(a, argc, argv);
     if (a.command == "launch") return runLaunch(a);
     if (a.command == "graph") return runGraph(a);
     if (a.command == "profile") return runProfile(a, argc, argv);
     if (a.command == "partition") return runPartition(a);
     if (a.command == "export") return runExport(a);
-    throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + kUsage);
+    throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + sluice::commandLineUsage());
   } catch (const sluice::ConfigError& e) {
     std::cerr << e.what() << std::endl;
     return 2;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/Tensors.h"
 #include "core/Error.h"
 #include "core/RandomStream.h"
 #include "memory/SavedRecord.h"
@@ -59,19 +60,6 @@ int MemoryFacts::find(const StorageKey& key) const {
 }
 
 namespace {
-
-// The tensors inside an IValue (a tensor, or a list/tuple of them).
-void tensorsIn(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) out.push_back(t);
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) tensorsIn(e, out);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) tensorsIn(e, out);
-  }
-}
 
 void addUnique(std::vector<int>& v, int x) {
   if (std::find(v.begin(), v.end(), x) == v.end()) {

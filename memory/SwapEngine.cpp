@@ -224,23 +224,97 @@ void SwapEngine::release(SwapSlot& slot) {
   }
 }
 
+// The next read to run (the demanded one first, then prefetches in the
+// schedule's order while the window allows); nullptr when none may run now.
+std::shared_ptr<SwapSlot> SwapEngine::nextReadLocked() {
+  using State = SwapSlot::State;
+  if (urgent_ && urgent_->state_ == State::OnTier) return urgent_;
+  while (!reads_.empty()) {
+    auto s = reads_.front().lock();
+    if (!s || s->state_ == State::Released || s->state_ == State::Resident) {
+      reads_.pop_front();
+      continue;
+    }
+    if (s->state_ != State::OnTier || !readAllowedLocked(*s)) return nullptr;
+    reads_.pop_front();
+    return s;
+  }
+  return nullptr;
+}
+
+// One batch: every queued write, then one sync for all of them. Called and
+// returns with the lock held; the I/O runs without it.
+void SwapEngine::writeBatch(std::unique_lock<std::mutex>& lock) {
+  using State = SwapSlot::State;
+  std::vector<std::shared_ptr<SwapSlot>> batch(writes_.begin(), writes_.end());
+  writes_.clear();
+  int64_t batchBytes = 0;
+  int batchMicroBatch = batch.front()->microBatch_;
+  for (auto& s : batch) {
+    s->state_ = State::Writing;
+    batchBytes += s->bytes_;
+    if (s->microBatch_ != batchMicroBatch) batchMicroBatch = -1;
+  }
+  TraceRecorder* trace = trace_;
+  lock.unlock();
+  const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
+  std::vector<int64_t> where;
+  for (auto& s : batch) where.push_back(tier_->write(s->storage_.data(), s->bytes_, s->after_));
+  tier_->sync();
+  if (trace) {
+    trace->add(mark, "swap out " + std::to_string(batch.size()) + " (" + kib(batchBytes) + ")", "io",
+               batchMicroBatch);
+  }
+  lock.lock();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    auto& s = batch[i];
+    s->location_ = where[i];
+    s->storage_ = c10::Storage();  // on the tier now: let the memory go
+    s->after_.reset();
+    pendingWriteBytes_ -= s->bytes_;
+    stats_.bytesWritten += s->bytes_;
+    ++stats_.writes;
+    if (s->releaseAfterIo_) {
+      releases_.emplace_back(s->location_, s->bytes_);
+      s->state_ = State::Released;
+    } else {
+      s->state_ = State::OnTier;
+    }
+  }
+}
+
+// Reads slot s back from the tier (a demand read when it is the urgent one).
+// Called and returns with the lock held; the I/O runs without it.
+void SwapEngine::readOne(std::unique_lock<std::mutex>& lock, const std::shared_ptr<SwapSlot>& s) {
+  using State = SwapSlot::State;
+  const bool demanded = s == urgent_;
+  if (demanded) urgent_ = nullptr;
+  s->state_ = State::Reading;
+  TraceRecorder* trace = trace_;
+  lock.unlock();
+  const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
+  auto storage = tier_->emptyStorage(s->bytes_);
+  tier_->read(s->location_, storage.mutable_data(), s->bytes_);
+  if (trace) trace->add(mark, std::string(demanded ? "swap in (demand) " : "swap in ") + kib(s->bytes_), "io", s->microBatch_);
+  lock.lock();
+  stats_.bytesRead += s->bytes_;
+  ++stats_.reads;
+  if (s->releaseAfterIo_) {
+    releases_.emplace_back(s->location_, s->bytes_);
+    s->state_ = State::Released;
+  } else {
+    s->storage_ = storage;
+    s->state_ = State::Resident;
+    if (!demanded) {
+      s->prefetched_ = true;
+      prefetchedBytes_ += s->bytes_;
+    }
+  }
+}
+
 void SwapEngine::run() {
   using State = SwapSlot::State;
   std::unique_lock<std::mutex> lock(mutex_);
-  auto nextRead = [&]() -> std::shared_ptr<SwapSlot> {
-    if (urgent_ && urgent_->state_ == State::OnTier) return urgent_;
-    while (!reads_.empty()) {
-      auto s = reads_.front().lock();
-      if (!s || s->state_ == State::Released || s->state_ == State::Resident) {
-        reads_.pop_front();
-        continue;
-      }
-      if (s->state_ != State::OnTier || !readAllowedLocked(*s)) return nullptr;
-      reads_.pop_front();
-      return s;
-    }
-    return nullptr;
-  };
   while (true) {
     work_.wait(lock, [&] {
       if (stop_ || error_) return true;
@@ -263,73 +337,16 @@ void SwapEngine::run() {
         continue;
       }
       if (!writes_.empty()) {
-        // One batch: every queued write, then one sync for all of them.
-        std::vector<std::shared_ptr<SwapSlot>> batch(writes_.begin(), writes_.end());
-        writes_.clear();
-        int64_t batchBytes = 0;
-        int batchMicroBatch = batch.front()->microBatch_;
-        for (auto& s : batch) {
-          s->state_ = State::Writing;
-          batchBytes += s->bytes_;
-          if (s->microBatch_ != batchMicroBatch) batchMicroBatch = -1;
-        }
-        TraceRecorder* trace = trace_;
-        lock.unlock();
-        const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
-        std::vector<int64_t> where;
-        for (auto& s : batch) where.push_back(tier_->write(s->storage_.data(), s->bytes_, s->after_));
-        tier_->sync();
-        if (trace) {
-          trace->add(mark, "swap out " + std::to_string(batch.size()) + " (" + kib(batchBytes) + ")", "io",
-                     batchMicroBatch);
-        }
-        lock.lock();
-        for (size_t i = 0; i < batch.size(); ++i) {
-          auto& s = batch[i];
-          s->location_ = where[i];
-          s->storage_ = c10::Storage();  // on the tier now: let the memory go
-          s->after_.reset();
-          pendingWriteBytes_ -= s->bytes_;
-          stats_.bytesWritten += s->bytes_;
-          ++stats_.writes;
-          if (s->releaseAfterIo_) {
-            releases_.emplace_back(s->location_, s->bytes_);
-            s->state_ = State::Released;
-          } else {
-            s->state_ = State::OnTier;
-          }
-        }
+        writeBatch(lock);
         done_.notify_all();
         continue;
       }
-      auto s = nextRead();
+      auto s = nextReadLocked();
       if (!s) {
         if (urgent_ && urgent_->state_ != State::OnTier) urgent_ = nullptr;
         continue;
       }
-      const bool demanded = s == urgent_;
-      if (demanded) urgent_ = nullptr;
-      s->state_ = State::Reading;
-      TraceRecorder* trace = trace_;
-      lock.unlock();
-      const auto mark = trace ? trace->current() : TraceRecorder::Mark{};
-      auto storage = tier_->emptyStorage(s->bytes_);
-      tier_->read(s->location_, storage.mutable_data(), s->bytes_);
-      if (trace) trace->add(mark, std::string(demanded ? "swap in (demand) " : "swap in ") + kib(s->bytes_), "io", s->microBatch_);
-      lock.lock();
-      stats_.bytesRead += s->bytes_;
-      ++stats_.reads;
-      if (s->releaseAfterIo_) {
-        releases_.emplace_back(s->location_, s->bytes_);
-        s->state_ = State::Released;
-      } else {
-        s->storage_ = storage;
-        s->state_ = State::Resident;
-        if (!demanded) {
-          s->prefetched_ = true;
-          prefetchedBytes_ += s->bytes_;
-        }
-      }
+      readOne(lock, s);
       done_.notify_all();
     } catch (...) {
       if (!lock.owns_lock()) lock.lock();

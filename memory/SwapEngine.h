@@ -98,6 +98,9 @@ class SwapEngine : public std::enable_shared_from_this<SwapEngine> {
  private:
   SwapEngine(std::unique_ptr<SwapTier> tier, int64_t windowBytes);
   void run();
+  std::shared_ptr<SwapSlot> nextReadLocked();
+  void writeBatch(std::unique_lock<std::mutex>& lock);
+  void readOne(std::unique_lock<std::mutex>& lock, const std::shared_ptr<SwapSlot>& s);
   void failLocked(std::exception_ptr e);
   void rethrowLocked();
   bool readAllowedLocked(const SwapSlot& slot) const;

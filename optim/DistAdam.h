@@ -1,5 +1,12 @@
 // optim::DistAdam: AdamW with its state sharded over a data-parallel group.
 //
+// Public API (docs/architecture.md, "Public API"). In your own loop:
+//   sluice::Communicator::initialize(&argc, &argv);
+//   sluice::optim::DistAdam opt(model->parameters(), sluice::Communicator::world(),
+//                               torch::optim::AdamWOptions(1e-3).weight_decay(0.1));
+//   opt.setAccumulationSteps(4);  // micro-batches per step
+//   for (...) { opt.zero_grad(); for (mb...) loss(mb).backward(); opt.step(); }
+//
 // A drop-in for torch::optim::AdamW (same AdamWOptions, same update, lr set
 // through param_groups as usual). Each of the N ranks keeps fp32 exp_avg and
 // exp_avg_sq only for its shard of every bucket (below): ceil(numel / N)

@@ -1,6 +1,7 @@
 #include "optim/LossScaler.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "core/Error.h"
 
@@ -10,6 +11,12 @@ bool isLossScale(double x) {
   int exponent = 0;
   // frexp gives x = 0.5 * 2^exponent exactly for a power of two.
   return std::isfinite(x) && x >= 1 && std::frexp(x, &exponent) == 0.5 && exponent <= 128;
+}
+
+std::string scaleText(double scale) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f", scale);
+  return text;
 }
 
 LossScaler::LossScaler(double initial, int64_t window) : scale_(initial), window_(window) {

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace sluice::optim {
 
@@ -60,5 +61,8 @@ class LossScaler {
 
 // Whether x is a power of two >= 1 that a float holds exactly.
 bool isLossScale(double x);
+
+// A scale for a log line: "65536".
+std::string scaleText(double scale);
 
 }  // namespace sluice::optim

@@ -1,6 +1,7 @@
 // timeInContext(): see ContextTiming.h.
 #include "partition/ContextTiming.h"
 
+#include "core/Tensors.h"
 #include "core/Device.h"
 
 #include <ATen/SequenceNumber.h>
@@ -78,18 +79,6 @@ class ForwardTimer : public NodeObserver {
   std::vector<uint64_t> firstSeq_, endSeq_;  // node pos created autograd functions [first, end)
 };
 
-void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) out.push_back(t);
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) collectTensors(e, out);
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) collectTensors(e, out);
-  }
-}
-
 // Spreads `extra` over `into` in proportion to `weights` (evenly when they sum to 0).
 void spread(double extra, const std::vector<double>& weights, std::vector<double>& into) {
   double total = 0;
@@ -115,18 +104,11 @@ std::vector<double> secondsUntilNextStart(const std::vector<Interval>& intervals
   return out;
 }
 
-ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
-                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
-                           const LossFunction& loss) {
-  SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
-               "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
-  const int n = g.numNodes();
-  gDevice = c10::Device(c10::kCPU);
-  for (auto& t : inputs) {
-    if (t.defined() && !t.is_cpu()) gDevice = t.device();
-  }
-  auto whole = splitGraph(g, {}).at(0);
-  // Copies of the parameters as fresh leaves: the gradients must not land on the model's own .grad.
+namespace {
+
+// The whole graph's inputs: the data, then copies of the parameters as fresh
+// leaves (the gradients must not land on the model's own .grad).
+std::vector<IValue> freshStack(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const StageGraph& whole) {
   std::unordered_map<std::string, torch::Tensor> byName;
   std::vector<torch::Tensor> data;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -141,6 +123,124 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   }
   std::vector<IValue> stack(data.begin(), data.end());
   for (auto& name : whole.paramInputs) stack.emplace_back(byName.at(name));
+  return stack;
+}
+
+// One backward from roots, its autograd functions recorded into sink;
+// returns its wall time.
+double timedBackward(const torch::autograd::edge_list& roots, const std::vector<torch::Tensor>& grads,
+                     BackwardSink& sink) {
+  gSink = &sink;
+  auto handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(&onStart, &onEnd).scopes({at::RecordScope::BACKWARD_FUNCTION}));
+  const auto b0 = deviceNow();
+  try {
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true);
+  } catch (...) {
+    at::removeCallback(handle);
+    gSink = nullptr;
+    throw;
+  }
+  const double wall = seconds(b0, deviceNow());
+  at::removeCallback(handle);
+  gSink = nullptr;
+  return wall;
+}
+
+// Each autograd function's time (until the next one starts, Note [time
+// until the next start]) to the node whose forward made it, by its sequence
+// number; gradient accumulation spread by parameter bytes; the rest of the
+// backward's wall time spread by those times.
+void attributeBackward(const BackwardSink& sink, const std::vector<std::pair<uint64_t, int>>& starts,
+                       const std::vector<uint64_t>& ends, const std::vector<double>& paramWeight, double bWall,
+                       std::vector<double>& b) {
+  const int n = static_cast<int>(b.size()) - 1;
+  std::vector<Interval> applied;
+  for (auto& a : sink.applied) applied.push_back({a.start, a.end});
+  const auto appliedSeconds = secondsUntilNextStart(applied);  // Note [time until the next start]
+  double accumulate = 0;
+  for (size_t k = 0; k < sink.applied.size(); ++k) {
+    const auto& a = sink.applied[k];
+    const double s = appliedSeconds[k];
+    if (a.sequenceNr < 0) {
+      accumulate += s;
+      continue;
+    }
+    const auto useq = static_cast<uint64_t>(a.sequenceNr);
+    auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n + 1));
+    if (it == starts.begin()) continue;
+    --it;
+    if (useq < ends[it->second]) b[it->second] += s;
+  }
+  double attributed = 0;
+  for (double x : b) attributed += x;
+  spread(accumulate, paramWeight, b);
+  spread(std::max(0.0, bWall - attributed - accumulate), std::vector<double>(b), b);
+}
+
+// Each node's forward time (until the next node starts) into f, and the
+// sequence numbers its forward gave autograd functions (starts, ends), for
+// the backward's attribution. Returns the sum of the node times.
+double attributeForward(const ForwardTimer& timer, const StageGraph& whole, std::vector<double>& f,
+                        std::vector<std::pair<uint64_t, int>>& starts, std::vector<uint64_t>& ends) {
+  double fSum = 0;
+  const auto nodeSeconds = secondsUntilNextStart(timer.intervals());  // in run order
+  for (size_t pos = 0; pos < nodeSeconds.size(); ++pos) {
+    const int node = whole.nodeIndex[pos];
+    if (node < 0) continue;
+    f[node] += nodeSeconds[pos];
+    fSum += nodeSeconds[pos];
+    if (timer.endSeq_[pos] > timer.firstSeq_[pos]) {
+      starts.emplace_back(timer.firstSeq_[pos], node);
+      ends[node] = timer.endSeq_[pos];
+    }
+  }
+  return fSum;
+}
+
+void backwardRoots(const std::vector<torch::Tensor>& outs, torch::autograd::edge_list& roots,
+                   std::vector<torch::Tensor>& grads) {
+  for (auto& t : outs) {
+    if (t.requires_grad()) {
+      roots.push_back(torch::autograd::impl::gradient_edge(t));
+      grads.push_back(torch::ones_like(t));
+    }
+  }
+}
+
+// The medians over the timed runs: per node, the loss (slot n), the walls.
+ContextTimes mediansOf(const std::vector<std::vector<double>>& fwd, const std::vector<std::vector<double>>& bwd,
+                       const std::vector<double>& forwardWall, const std::vector<double>& backwardWall) {
+  const int n = static_cast<int>(fwd.size()) - 1;
+  ContextTimes out;
+  out.forwardSeconds.resize(n);
+  out.backwardSeconds.resize(n);
+  for (int i = 0; i < n; ++i) {
+    out.forwardSeconds[i] = median(fwd[i]);
+    out.backwardSeconds[i] = median(bwd[i]);
+  }
+  out.lossForwardSeconds = median(fwd[n]);
+  out.lossBackwardSeconds = median(bwd[n]);
+  out.forwardWall = median(forwardWall);
+  out.backwardWall = median(backwardWall);
+  return out;
+}
+
+}  // namespace
+
+ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
+                           const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
+                           const LossFunction& loss) {
+  SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
+               "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
+  const int n = g.numNodes();
+  gDevice = c10::Device(c10::kCPU);
+  for (auto& t : inputs) {
+    if (t.defined() && !t.is_cpu()) gDevice = t.device();
+  }
+  auto whole = splitGraph(g, {}).at(0);
+  auto stack = freshStack(g, inputs, whole);
   NodeProgram program(whole.graph);
   const size_t positions = static_cast<size_t>(program.numNodes());
 
@@ -157,7 +257,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     std::vector<torch::Tensor> outs;
     const auto f0 = deviceNow();
     auto result = program.run(stack, &timer);
-    for (auto& v : result) collectTensors(v, outs);
+    for (auto& v : result) tensorsIn(v, outs);
     const uint64_t graphEnd = at::sequence_number::peek();
     double lossForward = 0;
     if (loss) {
@@ -169,34 +269,13 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     }
     const double fWall = seconds(f0, deviceNow());
     torch::autograd::edge_list roots;
-    std::vector<torch::Tensor> grads;
-    for (auto& t : outs) {
-      if (t.requires_grad()) {
-        roots.push_back(torch::autograd::impl::gradient_edge(t));
-        grads.push_back(torch::ones_like(t));
-      }
-    }
+    std::vector<torch::Tensor> grads;  // ones, for every output that needs a gradient
+    backwardRoots(outs, roots, grads);
     result.clear();
     outs.clear();
     sink.applied.clear();
     double bWall = 0;
-    if (!roots.empty()) {
-      gSink = &sink;
-      auto handle = at::addGlobalCallback(
-          at::RecordFunctionCallback(&onStart, &onEnd).scopes({at::RecordScope::BACKWARD_FUNCTION}));
-      const auto b0 = deviceNow();
-      try {
-        torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
-                                                              /*create_graph=*/false, /*accumulate_grad=*/true);
-      } catch (...) {
-        at::removeCallback(handle);
-        gSink = nullptr;
-        throw;
-      }
-      bWall = seconds(b0, deviceNow());
-      at::removeCallback(handle);
-      gSink = nullptr;
-    }
+    if (!roots.empty()) bWall = timedBackward(roots, grads, sink);
     if (run < warmup) continue;
 
     // Forward: each node's own time, then the loop's overhead by those times.
@@ -205,45 +284,14 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     // Sequence ranges per OpGraph node, for the backward's attribution.
     std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
     std::vector<uint64_t> ends(n + 1, 0);
-    double fSum = 0;
-    const auto nodeSeconds = secondsUntilNextStart(timer.intervals());  // in run order
-    for (size_t pos = 0; pos < positions; ++pos) {
-      const int node = whole.nodeIndex[pos];
-      if (node < 0) continue;
-      f[node] += nodeSeconds[pos];
-      fSum += nodeSeconds[pos];
-      if (timer.endSeq_[pos] > timer.firstSeq_[pos]) {
-        starts.emplace_back(timer.firstSeq_[pos], node);
-        ends[node] = timer.endSeq_[pos];
-      }
-    }
+    const double fSum = attributeForward(timer, whole, f, starts, ends);
     spread(std::max(0.0, fWall - fSum - lossForward), std::vector<double>(f), f);
     if (loss) {
       starts.emplace_back(graphEnd, n);  // every function made after the graph's forward is the loss's
       ends[n] = std::numeric_limits<uint64_t>::max();
     }
     std::sort(starts.begin(), starts.end());
-    std::vector<Interval> applied;
-    for (auto& a : sink.applied) applied.push_back({a.start, a.end});
-    const auto appliedSeconds = secondsUntilNextStart(applied);  // Note [time until the next start]
-    double accumulate = 0;
-    for (size_t k = 0; k < sink.applied.size(); ++k) {
-      const auto& a = sink.applied[k];
-      const double s = appliedSeconds[k];
-      if (a.sequenceNr < 0) {
-        accumulate += s;
-        continue;
-      }
-      const auto useq = static_cast<uint64_t>(a.sequenceNr);
-      auto it = std::upper_bound(starts.begin(), starts.end(), std::make_pair(useq, n + 1));
-      if (it == starts.begin()) continue;
-      --it;
-      if (useq < ends[it->second]) b[it->second] += s;
-    }
-    double attributed = 0;
-    for (double x : b) attributed += x;
-    spread(accumulate, paramWeight, b);
-    spread(std::max(0.0, bWall - attributed - accumulate), std::vector<double>(b), b);
+    attributeBackward(sink, starts, ends, paramWeight, bWall, b);
     for (int i = 0; i <= n; ++i) {
       fwd[i].push_back(f[i]);
       bwd[i].push_back(b[i]);
@@ -251,18 +299,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
     forwardWall.push_back(fWall);
     backwardWall.push_back(bWall);
   }
-  ContextTimes out;
-  out.forwardSeconds.resize(n);
-  out.backwardSeconds.resize(n);
-  for (int i = 0; i < n; ++i) {
-    out.forwardSeconds[i] = median(fwd[i]);
-    out.backwardSeconds[i] = median(bwd[i]);
-  }
-  out.lossForwardSeconds = median(fwd[n]);
-  out.lossBackwardSeconds = median(bwd[n]);
-  out.forwardWall = median(forwardWall);
-  out.backwardWall = median(backwardWall);
-  return out;
+  return mediansOf(fwd, bwd, forwardWall, backwardWall);
 }
 
 }  // namespace sluice::partition

@@ -10,15 +10,6 @@
 
 namespace sluice::partition {
 
-const char* actionName(Action a) {
-  switch (a) {
-    case Action::Keep: return "keep";
-    case Action::Swap: return "swap";
-    case Action::Recompute: return "recompute";
-  }
-  return "?";
-}
-
 void Problem::validate() const {
   const size_t n = nodes.size();
   SLUICE_CHECK(n >= 1, PlanError, "partition: the profile has no nodes");
@@ -231,6 +222,67 @@ int64_t transientBound(const Problem& p, int first, int end, bool recomputes) {
   return std::max(nodes, end == p.numNodes() ? p.lossWorkspace : 0) + buffers(p, first, end);
 }
 
+namespace {
+
+// The stage's freed storages (swapped or recomputed): their time and bytes
+// on s, marked in isFreed (1: swapped, 2: recomputed). Returns the freed
+// memory units.
+int64_t applyFreed(const Problem& p, const std::vector<std::pair<int, Action>>& freed, std::vector<char>& isFreed,
+                   StageCost& s) {
+  const int stage = s.stage, first = s.first, end = s.end;
+  const int64_t unit = memoryUnit(p);
+  int64_t freedUnits = 0;
+  for (auto [x, action] : freed) {
+    SLUICE_CHECK(0 <= x && x < static_cast<int>(p.storages.size()) && storageInStage(p, x, first, end), PlanError,
+                 "partition: saved storage " << x << " is not in stage " << stage);
+    const auto& st = p.storages[x];
+    if (action == Action::Swap) {
+      SLUICE_CHECK(p.swapSecondsPerByte > 0, PlanError, "partition: swap needs a swap tier");
+      s.swapIO += p.swapSecondsPerByte * static_cast<double>(st.bytes);
+      s.swapCpu += p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
+      s.swappedBytes += st.bytes;
+    } else if (action == Action::Recompute) {
+      const double t = recomputeSeconds(p, x, first);
+      SLUICE_CHECK(t < std::numeric_limits<double>::infinity(), PlanError,
+                   "partition: saved storage " << x << " (node " << st.producer << ") cannot be recomputed in stage "
+                                               << stage << ": its segment writes a parameter or buffer in place");
+      s.recompute += t;
+      s.recomputedBytes += st.bytes;
+    } else {
+      continue;
+    }
+    freedUnits += st.bytes / unit;
+    isFreed[x] = action == Action::Recompute ? 2 : 1;
+    s.freed.emplace_back(x, action);
+  }
+  return freedUnits;
+}
+
+// Under a split backward: what a micro-batch holds between Bi and W, what a
+// finishing Bi holds on top, and the largest mix of holdings the schedule
+// reaches (s.holdingBytes).
+void splitBackwardHolding(const Problem& p, const std::vector<char>& isFreed, StageCost& s) {
+  const int stage = s.stage, first = s.first, end = s.end;
+  // Note [split backward holding] (Problem): swapped storages are back on
+  // the tier between Bi and W; the first stage's W runs its whole backward.
+  // A Bi reads back what W reads too (its frontier nodes unpack every saved
+  // tensor): at its end the micro-batch also holds the freed ones W reads.
+  int64_t weightHeld = s.boundaryBytes, weightFreed = 0;
+  for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
+    if (!storageInStage(p, x, first, end) || !p.storages[x].weightReads) continue;
+    if (isFreed[x] != 1) weightHeld += p.storages[x].bytes;
+    if (isFreed[x] != 0) weightFreed += p.storages[x].bytes;
+  }
+  s.heldWeightBytes = (first == 0 ? s.heldBytes : weightHeld) + p.weightGradPerMicroBatch(first, end);
+  s.capturedBytes = p.weightGradPerMicroBatch(first, end) + (first == 0 ? 0 : weightFreed);
+  for (auto& m : p.holdingMixes.at(stage)) {
+    s.holdingBytes = std::max(s.holdingBytes, m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes +
+                                                  (m.capturing ? s.capturedBytes : 0));
+  }
+}
+
+}  // namespace
+
 StageCost evaluateStage(const Problem& p, int stage, int first, int end,
                         const std::vector<std::pair<int, Action>>& freed) {
   const int n = p.numNodes();
@@ -261,32 +313,8 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     s.savedBytes += p.storages[x].bytes;
     if (p.storages[x].weightReads) weightSaved += p.storages[x].bytes;
   }
-  const int64_t unit = memoryUnit(p);
-  int64_t freedUnits = 0;
-  std::vector<char> isFreed(p.storages.size(), 0);
-  for (auto [x, action] : freed) {
-    SLUICE_CHECK(0 <= x && x < static_cast<int>(p.storages.size()) && storageInStage(p, x, first, end), PlanError,
-                 "partition: saved storage " << x << " is not in stage " << stage);
-    const auto& st = p.storages[x];
-    if (action == Action::Swap) {
-      SLUICE_CHECK(p.swapSecondsPerByte > 0, PlanError, "partition: swap needs a swap tier");
-      s.swapIO += p.swapSecondsPerByte * static_cast<double>(st.bytes);
-      s.swapCpu += p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
-      s.swappedBytes += st.bytes;
-    } else if (action == Action::Recompute) {
-      const double t = recomputeSeconds(p, x, first);
-      SLUICE_CHECK(t < std::numeric_limits<double>::infinity(), PlanError,
-                   "partition: saved storage " << x << " (node " << st.producer << ") cannot be recomputed in stage "
-                                               << stage << ": its segment writes a parameter or buffer in place");
-      s.recompute += t;
-      s.recomputedBytes += st.bytes;
-    } else {
-      continue;
-    }
-    freedUnits += st.bytes / unit;
-    isFreed[x] = action == Action::Recompute ? 2 : 1;
-    s.freed.emplace_back(x, action);
-  }
+  std::vector<char> isFreed(p.storages.size(), 0);  // 1: swapped, 2: recomputed
+  const int64_t freedUnits = applyFreed(p, freed, isFreed, s);
   s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
   s.keptBytes = s.savedBytes - s.swappedBytes - s.recomputedBytes;
   s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte);
@@ -305,22 +333,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     s.holdingBytes = holdingBound + p.weightGradBytes(stage, first, end);
     holdingBound = s.holdingBytes;
   } else {
-    // Note [split backward holding] (Problem): swapped storages are back on
-    // the tier between Bi and W; the first stage's W runs its whole backward.
-    // A Bi reads back what W reads too (its frontier nodes unpack every saved
-    // tensor): at its end the micro-batch also holds the freed ones W reads.
-    int64_t weightHeld = s.boundaryBytes, weightFreed = 0;
-    for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-      if (!storageInStage(p, x, first, end) || !p.storages[x].weightReads) continue;
-      if (isFreed[x] != 1) weightHeld += p.storages[x].bytes;
-      if (isFreed[x] != 0) weightFreed += p.storages[x].bytes;
-    }
-    s.heldWeightBytes = (first == 0 ? s.heldBytes : weightHeld) + p.weightGradPerMicroBatch(first, end);
-    s.capturedBytes = p.weightGradPerMicroBatch(first, end) + (first == 0 ? 0 : weightFreed);
-    for (auto& m : p.holdingMixes.at(stage)) {
-      s.holdingBytes = std::max(s.holdingBytes, m.beforeInput * s.heldBytes + m.beforeWeight * s.heldWeightBytes +
-                                                    (m.capturing ? s.capturedBytes : 0));
-    }
+    splitBackwardHolding(p, isFreed, s);
     holdingBound += p.weightHeldBound(stage, first, end, weightSaved);
   }
   s.peakBytes = std::max(afterBackward, s.staticBytes + s.holdingBytes + s.transientBytes + s.windowBytes);
@@ -338,6 +351,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
       s.fits = true;
     } else {
       const int64_t perMicroBatch = (excess + factor - 1) / factor;
+      const int64_t unit = memoryUnit(p);
       s.fits = freedUnits >= (perMicroBatch + unit - 1) / unit;
     }
   }

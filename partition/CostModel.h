@@ -75,12 +75,13 @@
 #include <string>
 #include <vector>
 
+#include "memory/MemoryPlan.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice::partition {
 
-enum class Action { Keep = 0, Swap = 1, Recompute = 2 };
-const char* actionName(Action a);
+// One action enum for the planner and the runtime (memory/MemoryPlan.h; actionName there).
+using Action = memory::TensorAction;
 
 struct NodeCost {
   double forward = 0, backward = 0;  // seconds

@@ -25,6 +25,7 @@
 // Thread-safe (pure functions).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "partition/CostModel.h"
@@ -52,5 +53,10 @@ StageCost bestStage(const Problem& problem, int stage, int first, int end);
 // The smallest per-stage budget (bytes) with which partitionOptimal finds a
 // plan; -1 when none does (e.g. more stages than valid cuts).
 int64_t minimalBudget(const Problem& problem);
+
+// Internal (Partitioner.cpp, PartitionWithCuts.cpp): a budget for a message,
+// `need` per stage for the rank's `shares` stages ("X: set memory.budget_mb
+// to at least Y (or pass --budget-mb)").
+std::string budgetAdvice(int64_t need, int shares);
 
 }  // namespace sluice::partition

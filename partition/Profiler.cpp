@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/Tensors.h"
 #include "core/Device.h"
 #include "core/Error.h"
 #include "core/RandomStream.h"
@@ -52,14 +53,6 @@ std::string formatMs(double s) {
   std::ostringstream o;
   o << std::fixed << std::setprecision(2) << s * 1e3 << " ms";
   return o.str();
-}
-
-void collectTensors(const IValue& v, std::vector<torch::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const auto& t : v.toTensorList()) out.push_back(t);
-  }
 }
 
 // The device profiled (the graph's inputs'): memory is counted there (CUDA's
@@ -144,6 +137,148 @@ void profileMemory(const OpGraph& g, const std::vector<torch::Tensor>& inputs, P
   profile.facts.writesParameter.resize(g.numNodes(), 0);
 }
 
+// Each node's op, randomness, recomputability, parameter bytes (a shared
+// parameter on its first reader) and saved bytes.
+void describeNodes(const OpGraph& g, Profile& profile) {
+  std::unordered_set<std::string> paramsSeen;
+  for (auto& n : g.nodes()) {
+    auto& p = profile.nodes[n.index];
+    p.index = n.index;
+    p.op = n.op;
+    p.random = isRandomOp(n.op);
+    p.recomputable = !profile.facts.writesParameter[n.index];
+    for (auto& name : n.params) {
+      if (!paramsSeen.insert(name).second) continue;
+      for (size_t i = 0; i < g.inputs().size(); ++i) {
+        if (g.inputs()[i].name == name) p.paramBytes += g.inputs()[i].value.bytes();
+      }
+    }
+  }
+  for (auto& f : profile.facts.storages) {
+    if (!f.savers.empty()) profile.nodes.at(f.key.node).savedBytes += f.bytes;
+  }
+}
+
+std::unordered_set<const torch::jit::Value*> valuesFromParams(const OpGraph& g) {
+  // Values computed from parameters alone (a weight, its transpose, a view
+  // of it): their gradients are weight work wherever they are consumed.
+  auto& graph = *g.graph();
+  std::unordered_set<const torch::jit::Value*> fromParams;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    if (g.inputs()[i].kind == InputKind::Parameter) fromParams.insert(graph.inputs()[i]);
+  }
+  for (auto* node : graph.nodes()) {
+    bool any = false, all = true;
+    for (auto* in : node->inputs()) {
+      if (!in->type()->cast<c10::TensorType>() || in->node()->kind() == c10::prim::Constant) continue;
+      if (fromParams.count(in)) {
+        any = true;
+      } else {
+        all = false;
+      }
+    }
+    if (any && all) {
+      for (auto* out : node->outputs()) fromParams.insert(out);
+    }
+  }
+  return fromParams;
+}
+
+// The times training will see (ContextTiming.h) replace the isolated ones;
+// the isolated pass still gives each node's weight share.
+void timeNodesInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options,
+                        Profile& profile) {
+  std::vector<int64_t> paramBytes(g.numNodes());
+  for (int i = 0; i < g.numNodes(); ++i) paramBytes[i] = profile.nodes[i].paramBytes;
+  const double isolatedForward = profile.totalForward(), isolatedBackward = profile.totalBackward();
+  if (options.startTogether) options.startTogether();
+  auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations, options.loss);
+  for (int i = 0; i < g.numNodes(); ++i) {
+    profile.nodes[i].forwardSeconds = context.forwardSeconds[i];
+    profile.nodes[i].backwardSeconds = context.backwardSeconds[i];
+  }
+  if (options.loss) {
+    profile.lossForwardSeconds = context.lossForwardSeconds;
+    profile.lossBackwardSeconds = context.lossBackwardSeconds;
+  }
+  log::info("profile: forward " + formatMs(context.forwardWall) + " and backward " + formatMs(context.backwardWall) +
+            " in context; timed node by node alone they sum to " + formatMs(isolatedForward) + " and " +
+            formatMs(isolatedBackward));
+}
+
+// A node's inputs for timing it alone: detached copies, leaves where a
+// gradient flows (and whether each leaf is made from parameters alone).
+struct IsolatedInputs {
+  torch::jit::Stack stack;
+  std::vector<torch::Tensor> leaves;
+  std::vector<char> leafIsParam;
+};
+
+IsolatedInputs isolatedInputs(const OpGraph& g, const torch::jit::Node* node, bool indexed, bool inPlace,
+                              const std::unordered_map<const torch::jit::Value*, IValue>& env,
+                              const std::unordered_set<const torch::jit::Value*>& fromParams) {
+  IsolatedInputs out;
+  for (auto* in : node->inputs()) {
+    IValue v = env.at(in);
+    if (indexed && v.isTensor()) {
+      auto t = v.toTensor().detach();
+      const bool grad = t.is_floating_point() && g.value(in->debugName()).requiresGrad;
+      if (grad) {
+        t.requires_grad_(true);
+        out.leaves.push_back(t);
+        out.leafIsParam.push_back(fromParams.count(in) > 0);
+      }
+      // An in-place op may not write into a leaf: give it a (non-leaf) copy, made before timing.
+      v = (inPlace && grad) ? IValue(t.clone()) : IValue(t);
+    }
+    out.stack.push_back(std::move(v));
+  }
+  return out;
+}
+
+// A node's backward, timed alone on its isolated inputs. On the last run a
+// node with both input and weight gradients is timed in its two halves
+// (BackwardSplit's input then weight part) for its weight share; the first
+// run also measures its backward workspace.
+double timeBackward(const OpGraph& g, int node, IsolatedInputs& in, std::vector<torch::Tensor>& roots,
+                    std::vector<torch::Tensor>& grads, bool first, bool last, int64_t before, int64_t& workspace,
+                    double& weightShare) {
+  double backward = 0;
+  const auto params = std::count(in.leafIsParam.begin(), in.leafIsParam.end(), 1);
+  const bool mixed = params > 0 && params < static_cast<long>(in.leaves.size());
+  if (!roots.empty() && !in.leaves.empty() && last && !first && mixed) {
+    // Once per node: the input-gradient half, then the weight half (Note: BackwardSplit), for the weight share.
+    std::vector<torch::Tensor> inputLeaves, paramLeaves;
+    for (size_t k = 0; k < in.leaves.size(); ++k) (in.leafIsParam[k] ? paramLeaves : inputLeaves).push_back(in.leaves[k]);
+    auto t2 = now();
+    nodeGrad(g, node, roots, inputLeaves, grads, /*retain=*/true);
+    auto t3 = now();
+    nodeGrad(g, node, roots, paramLeaves, grads, /*retain=*/false);
+    backward = seconds(t2, now());
+    weightShare = backward > 0 ? seconds(t3, now()) / backward : 0.5;
+  } else if (!roots.empty() && !in.leaves.empty()) {
+    if (first) memory::resetDevicePeak(profiled);
+    auto t2 = now();
+    auto inputGrads = nodeGrad(g, node, roots, in.leaves, grads, /*retain=*/false);
+    backward = seconds(t2, now());
+    if (first) workspace = memory::deviceAllocatorStats(profiled).peakBytes - before;
+    if (!mixed) weightShare = params > 0 ? 1.0 : 0.0;
+  }
+  return backward;
+}
+
+// Each node's median forward and backward over the timed runs, and its
+// workspace (the larger of its forward's and its backward's).
+void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::vector<std::vector<double>>& bwd,
+                      const std::vector<int64_t>& forwardWorkspace, const std::vector<int64_t>& backwardWorkspace,
+                      Profile& profile) {
+  for (size_t i = 0; i < profile.nodes.size(); ++i) {
+    profile.nodes[i].forwardSeconds = median(fwd[i]);
+    profile.nodes[i].backwardSeconds = median(bwd[i]);
+    profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
+  }
+}
+
 }  // namespace
 
 Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options) {
@@ -164,44 +299,9 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
   forwardWorkspace.resize(g.numNodes(), 0);
   std::vector<std::vector<double>> fwd(g.numNodes()), bwd(g.numNodes());
   std::vector<double> weightShare(g.numNodes(), 0.5);
-  std::unordered_set<std::string> paramsSeen;
-  for (auto& n : g.nodes()) {
-    auto& p = profile.nodes[n.index];
-    p.index = n.index;
-    p.op = n.op;
-    p.random = isRandomOp(n.op);
-    p.recomputable = !profile.facts.writesParameter[n.index];
-    for (auto& name : n.params) {
-      if (!paramsSeen.insert(name).second) continue;
-      for (size_t i = 0; i < g.inputs().size(); ++i) {
-        if (g.inputs()[i].name == name) p.paramBytes += g.inputs()[i].value.bytes();
-      }
-    }
-  }
-  for (auto& f : profile.facts.storages) {
-    if (!f.savers.empty()) profile.nodes.at(f.key.node).savedBytes += f.bytes;
-  }
+  describeNodes(g, profile);
 
-  // Values computed from parameters alone (a weight, its transpose, a view
-  // of it): their gradients are weight work wherever they are consumed.
-  std::unordered_set<const torch::jit::Value*> fromParams;
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    if (g.inputs()[i].kind == InputKind::Parameter) fromParams.insert(graph.inputs()[i]);
-  }
-  for (auto* node : graph.nodes()) {
-    bool any = false, all = true;
-    for (auto* in : node->inputs()) {
-      if (!in->type()->cast<c10::TensorType>() || in->node()->kind() == c10::prim::Constant) continue;
-      if (fromParams.count(in)) {
-        any = true;
-      } else {
-        all = false;
-      }
-    }
-    if (any && all) {
-      for (auto* out : node->outputs()) fromParams.insert(out);
-    }
-  }
+  const auto fromParams = valuesFromParams(g);
 
   // Timing: every node alone, on detached copies of its inputs.
   NodeProgram program(g.graph());
@@ -215,24 +315,8 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       auto found = indexOf.find(node);
       const bool indexed = found != indexOf.end();
       const bool inPlace = indexed && !g.nodes()[found->second].op.empty() && g.nodes()[found->second].op.back() == '_';
-      torch::jit::Stack stack;
-      std::vector<torch::Tensor> leaves;
-      std::vector<char> leafIsParam;
-      for (auto* in : node->inputs()) {
-        IValue v = env.at(in);
-        if (indexed && v.isTensor()) {
-          auto t = v.toTensor().detach();
-          const bool grad = t.is_floating_point() && g.value(in->debugName()).requiresGrad;
-          if (grad) {
-            t.requires_grad_(true);
-            leaves.push_back(t);
-            leafIsParam.push_back(fromParams.count(in) > 0);
-          }
-          // An in-place op may not write into a leaf: give it a (non-leaf) copy, made before timing.
-          v = (inPlace && grad) ? IValue(t.clone()) : IValue(t);
-        }
-        stack.push_back(std::move(v));
-      }
+      auto isolated = isolatedInputs(g, node, indexed, inPlace, env, fromParams);
+      auto& stack = isolated.stack;
       if (!indexed) {
         program.runNode(pos, stack);
       } else {
@@ -241,7 +325,7 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
         program.runNode(pos, stack);
         auto t1 = now();
         std::vector<torch::Tensor> outs, grads, roots;
-        for (auto& v : stack) collectTensors(v, outs);
+        for (auto& v : stack) tensorsIn(v, outs);
         if (first) {
           p.outputBytes = 0;
           for (auto& t : outs) p.outputBytes += static_cast<int64_t>(t.nbytes());
@@ -253,27 +337,8 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
             grads.push_back(torch::ones_like(t));
           }
         }
-        double backward = 0;
-        const auto params = std::count(leafIsParam.begin(), leafIsParam.end(), 1);
-        const bool mixed = params > 0 && params < static_cast<long>(leaves.size());
-        if (!roots.empty() && !leaves.empty() && run == runs - 1 && !first && mixed) {
-          // Once per node: the input-gradient half, then the weight half (Note: BackwardSplit), for the weight share.
-          std::vector<torch::Tensor> inputLeaves, paramLeaves;
-          for (size_t k = 0; k < leaves.size(); ++k) (leafIsParam[k] ? paramLeaves : inputLeaves).push_back(leaves[k]);
-          auto t2 = now();
-          nodeGrad(g, found->second, roots, inputLeaves, grads, /*retain=*/true);
-          auto t3 = now();
-          nodeGrad(g, found->second, roots, paramLeaves, grads, /*retain=*/false);
-          backward = seconds(t2, now());
-          weightShare[found->second] = backward > 0 ? seconds(t3, now()) / backward : 0.5;
-        } else if (!roots.empty() && !leaves.empty()) {
-          if (first) memory::resetDevicePeak(profiled);
-          auto t2 = now();
-          auto inputGrads = nodeGrad(g, found->second, roots, leaves, grads, /*retain=*/false);
-          backward = seconds(t2, now());
-          if (first) backwardWorkspace[found->second] = memory::deviceAllocatorStats(profiled).peakBytes - before;
-          if (!mixed) weightShare[found->second] = params > 0 ? 1.0 : 0.0;
-        }
+        const double backward = timeBackward(g, found->second, isolated, roots, grads, first, run == runs - 1, before,
+                                             backwardWorkspace[found->second], weightShare[found->second]);
         if (timed) {
           fwd[found->second].push_back(seconds(t0, t1));
           bwd[found->second].push_back(backward);
@@ -286,30 +351,8 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       }
     }
   }
-  for (int i = 0; i < g.numNodes(); ++i) {
-    profile.nodes[i].forwardSeconds = median(fwd[i]);
-    profile.nodes[i].backwardSeconds = median(bwd[i]);
-    profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
-  }
-  if (options.inContext) {
-    // The times training will see (ContextTiming.h); the isolated pass still gives each node's weight share.
-    std::vector<int64_t> paramBytes(g.numNodes());
-    for (int i = 0; i < g.numNodes(); ++i) paramBytes[i] = profile.nodes[i].paramBytes;
-    const double isolatedForward = profile.totalForward(), isolatedBackward = profile.totalBackward();
-    if (options.startTogether) options.startTogether();
-    auto context = timeInContext(g, inputs, paramBytes, options.warmup, options.iterations, options.loss);
-    for (int i = 0; i < g.numNodes(); ++i) {
-      profile.nodes[i].forwardSeconds = context.forwardSeconds[i];
-      profile.nodes[i].backwardSeconds = context.backwardSeconds[i];
-    }
-    if (options.loss) {
-      profile.lossForwardSeconds = context.lossForwardSeconds;
-      profile.lossBackwardSeconds = context.lossBackwardSeconds;
-    }
-    log::info("profile: forward " + formatMs(context.forwardWall) + " and backward " + formatMs(context.backwardWall) +
-              " in context; timed node by node alone they sum to " + formatMs(isolatedForward) + " and " +
-              formatMs(isolatedBackward));
-  }
+  setIsolatedTimes(fwd, bwd, forwardWorkspace, backwardWorkspace, profile);
+  if (options.inContext) timeNodesInContext(g, inputs, options, profile);
   for (int i = 0; i < g.numNodes(); ++i) {
     profile.nodes[i].weightBackwardSeconds = weightShare[i] * profile.nodes[i].backwardSeconds;
   }

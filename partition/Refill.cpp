@@ -74,6 +74,50 @@ double extraShare(const std::vector<double>& warm, const std::vector<double>& co
   return base > 0 ? std::max(0.0, median(extra) / base) : 0.0;
 }
 
+
+// The graph cut into the pieces to time, and each piece's inputs from one
+// forward of the chain: what the piece before it hands over (leaves where a
+// gradient flows back), then its parameters. Fresh leaves: the gradients must
+// not land on the model's own .grad.
+std::pair<std::vector<Piece>, std::vector<std::vector<torch::Tensor>>> preparePieces(
+    const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const Profile& profile,
+    const RefillOptions& options) {
+  std::unordered_map<std::string, torch::Tensor> paramByName, valueByName;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = graph.inputs()[i];
+    if (in.kind == InputKind::Data) {
+      valueByName[in.value.name] = inputs[i];
+    } else {
+      auto t = inputs[i].detach();
+      if (in.kind == InputKind::Parameter && t.is_floating_point()) t.requires_grad_(true);
+      paramByName[in.name] = t;
+    }
+  }
+  std::vector<Piece> pieces;
+  for (auto& st : splitGraph(graph, refillCuts(graph, profile, options.pieces))) {
+    pieces.emplace_back(std::move(st), static_cast<int>(pieces.size()));
+  }
+  std::vector<std::vector<torch::Tensor>> stacks;
+  for (auto& piece : pieces) {
+    const auto& st = piece.stage();
+    std::vector<torch::Tensor> stack;
+    for (auto& b : st.boundaryInputs) {
+      auto t = valueByName.at(b.name);
+      if (st.index > 0) {
+        t = t.detach();
+        if (b.requiresGrad && t.is_floating_point()) t.requires_grad_(true);
+      }
+      stack.push_back(t);
+    }
+    for (auto& name : st.paramInputs) stack.push_back(paramByName.at(name));
+    auto outs = piece.forward(stack);
+    for (size_t j = 0; j < outs.size() && j < st.outputs.size(); ++j) valueByName[st.outputs[j].name] = outs[j].detach();
+    piece.backward();
+    stacks.push_back(std::move(stack));
+  }
+  return {std::move(pieces), std::move(stacks)};
+}
+
 }  // namespace
 
 std::vector<int> refillCuts(const OpGraph& graph, const Profile& profile, int pieces) {
@@ -116,42 +160,9 @@ RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tenso
                "refill: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
   SLUICE_CHECK(options.pieces >= 1 && options.rounds >= 0 && options.passes >= 1 && options.waitSeconds > 0,
                GraphError, "refill: pieces and passes must be >= 1, rounds >= 0 and the wait > 0");
-  // Fresh leaves: the gradients must not land on the model's own .grad.
-  std::unordered_map<std::string, torch::Tensor> paramByName, valueByName;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const auto& in = graph.inputs()[i];
-    if (in.kind == InputKind::Data) {
-      valueByName[in.value.name] = inputs[i];
-    } else {
-      auto t = inputs[i].detach();
-      if (in.kind == InputKind::Parameter && t.is_floating_point()) t.requires_grad_(true);
-      paramByName[in.name] = t;
-    }
-  }
-  std::vector<Piece> pieces;
-  for (auto& st : splitGraph(graph, refillCuts(graph, profile, options.pieces))) {
-    pieces.emplace_back(std::move(st), static_cast<int>(pieces.size()));
-  }
-  // Each piece's inputs, from one forward of the chain: what the piece before
-  // it hands over (leaves where a gradient flows back), then its parameters.
-  std::vector<std::vector<torch::Tensor>> stacks;
-  for (auto& piece : pieces) {
-    const auto& st = piece.stage();
-    std::vector<torch::Tensor> stack;
-    for (auto& b : st.boundaryInputs) {
-      auto t = valueByName.at(b.name);
-      if (st.index > 0) {
-        t = t.detach();
-        if (b.requiresGrad && t.is_floating_point()) t.requires_grad_(true);
-      }
-      stack.push_back(t);
-    }
-    for (auto& name : st.paramInputs) stack.push_back(paramByName.at(name));
-    auto outs = piece.forward(stack);
-    for (size_t j = 0; j < outs.size() && j < st.outputs.size(); ++j) valueByName[st.outputs[j].name] = outs[j].detach();
-    piece.backward();
-    stacks.push_back(std::move(stack));
-  }
+  auto prepared = preparePieces(graph, inputs, profile, options);
+  auto& pieces = prepared.first;
+  auto& stacks = prepared.second;
   // Round r is measured by rank r % size, one piece after another, while the
   // other ranks run the other pieces back to back beside it, as a busy
   // neighbour stage runs the rest of the model while a light one waits. Each

@@ -22,16 +22,12 @@ bool holdsTensors(const c10::TypePtr& type) {
 
 }  // namespace
 
-std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFacts& facts) {
+namespace {
+
+// The last node reading any value that lives on each storage (the graph's
+// outputs count as read after the last node).
+std::map<memory::StorageKey, int> lastReaders(const OpGraph& g, const memory::MemoryFacts& facts) {
   const int n = g.numNodes();
-  SLUICE_CHECK(static_cast<int>(facts.outputs.size()) == n, PlanError,
-               "partition: the profile's memory facts cover " << facts.outputs.size() << " nodes, the graph has " << n
-                                                              << "; profile this config again");
-  std::unordered_map<std::string, std::pair<int, int>> producedBy;  // value -> (node, output)
-  for (auto& node : g.nodes()) {
-    for (size_t i = 0; i < node.outputs.size(); ++i) producedBy[node.outputs[i].name] = {node.index, static_cast<int>(i)};
-  }
-  // The last node reading any value that lives on each storage.
   std::map<memory::StorageKey, int> lastReader;
   std::unordered_map<std::string, memory::StorageKey> storageOfValue;
   for (auto& node : g.nodes()) {
@@ -48,6 +44,41 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
     auto it = storageOfValue.find(name);
     if (it != storageOfValue.end()) lastReader[it->second] = n;
   }
+  return lastReader;
+}
+
+// The saved storages a segment reads from outside it (rebuilt or read back
+// before it runs), as indices into savedStorages' result.
+std::vector<int> segmentInputs(const OpGraph& g, const memory::MemoryFacts& facts,
+                               const std::unordered_map<std::string, std::pair<int, int>>& producedBy,
+                               const std::map<memory::StorageKey, int>& indexOf, const std::set<int>& segment,
+                               const memory::StorageKey& own) {
+  std::set<int> inputs;
+  for (int node : segment) {
+    for (auto* in : g.nodes()[node].irNode->inputs()) {
+      auto prod = producedBy.find(in->debugName());
+      if (prod == producedBy.end() || segment.count(prod->second.first)) continue;
+      const auto& vs = facts.outputs[prod->second.first].at(prod->second.second);
+      if (vs.kind != memory::ValueStorage::Node || vs.key == own) continue;
+      auto it = indexOf.find(vs.key);
+      if (it != indexOf.end()) inputs.insert(it->second);
+    }
+  }
+  return {inputs.begin(), inputs.end()};
+}
+
+}  // namespace
+
+std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFacts& facts) {
+  const int n = g.numNodes();
+  SLUICE_CHECK(static_cast<int>(facts.outputs.size()) == n, PlanError,
+               "partition: the profile's memory facts cover " << facts.outputs.size() << " nodes, the graph has " << n
+                                                              << "; profile this config again");
+  std::unordered_map<std::string, std::pair<int, int>> producedBy;  // value -> (node, output)
+  for (auto& node : g.nodes()) {
+    for (size_t i = 0; i < node.outputs.size(); ++i) producedBy[node.outputs[i].name] = {node.index, static_cast<int>(i)};
+  }
+  auto lastReader = lastReaders(g, facts);
   std::map<memory::StorageKey, const memory::StorageFact*> byKey;
   for (auto& f : facts.storages) byKey[f.key] = &f;
   auto isSaved = [&](const memory::StorageKey& k) {
@@ -100,19 +131,7 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
       }
     }
     s.segment.assign(segment.begin(), segment.end());
-    // The saved storages the segment reads from outside: rebuilt or read back first.
-    std::set<int> inputs;
-    for (int node : s.segment) {
-      for (auto* in : g.nodes()[node].irNode->inputs()) {
-        auto prod = producedBy.find(in->debugName());
-        if (prod == producedBy.end() || segment.count(prod->second.first)) continue;
-        const auto& vs = facts.outputs[prod->second.first].at(prod->second.second);
-        if (vs.kind != memory::ValueStorage::Node || vs.key == f.key) continue;
-        auto it = indexOf.find(vs.key);
-        if (it != indexOf.end()) inputs.insert(it->second);
-      }
-    }
-    s.inputs.assign(inputs.begin(), inputs.end());
+    s.inputs = segmentInputs(g, facts, producedBy, indexOf, segment, f.key);
     for (int node : s.segment) {
       if (node < static_cast<int>(facts.writesParameter.size()) && facts.writesParameter[node]) s.lastParamWriter = node;
     }

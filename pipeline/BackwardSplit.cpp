@@ -50,28 +50,22 @@ std::unordered_map<Node*, bool> reachesTargets(const torch::autograd::edge_list&
 
 }  // namespace
 
-std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_list& roots,
-                                                   const std::vector<torch::Tensor>& grads,
-                                                   const std::vector<torch::Tensor>& inputs) {
-  std::vector<torch::Tensor> inputGrads(inputs.size());
-  torch::autograd::edge_list inputEdges;
-  std::vector<size_t> inputIndex;
-  std::unordered_set<Node*> targets;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
-    inputEdges.push_back(torch::autograd::impl::gradient_edge(inputs[i]));
-    inputIndex.push_back(i);
-    targets.insert(inputEdges.back().function.get());
-  }
-  auto reach = reachesTargets(roots, targets);
-  auto inInputRegion = [&](const Edge& e) {
-    if (!e.is_valid()) return false;
-    auto it = reach.find(e.function.get());
-    return it != reach.end() && it->second;
-  };
+namespace {
 
-  // Frontier nodes, with an owning pointer each (from the edge that reached it).
+// The input region's nodes reached from the roots (each held by an owning
+// pointer, from the edge that reached it): those that also feed the weight
+// region (the frontier, where W re-enters) and those that feed inputs only.
+struct InputRegion {
+  bool walked = false;  // false: no root leads into the input region
   std::vector<std::shared_ptr<Node>> frontier, inputOnly;
+};
+
+template <class InRegion>
+InputRegion walkInputRegion(const torch::autograd::edge_list& roots, const std::unordered_set<Node*>& targets,
+                            InRegion inInputRegion) {
+  InputRegion region;
+  auto& frontier = region.frontier;
+  auto& inputOnly = region.inputOnly;
   std::unordered_set<Node*> seen;
   std::vector<std::shared_ptr<Node>> walk;
   for (auto& r : roots) {
@@ -93,6 +87,34 @@ std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_l
     (feedsWeights ? frontier : inputOnly).push_back(node);
   }
 
+  region.walked = !walk.empty();
+  return region;
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_list& roots,
+                                                   const std::vector<torch::Tensor>& grads,
+                                                   const std::vector<torch::Tensor>& inputs) {
+  std::vector<torch::Tensor> inputGrads(inputs.size());
+  torch::autograd::edge_list inputEdges;
+  std::vector<size_t> inputIndex;
+  std::unordered_set<Node*> targets;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
+    inputEdges.push_back(torch::autograd::impl::gradient_edge(inputs[i]));
+    inputIndex.push_back(i);
+    targets.insert(inputEdges.back().function.get());
+  }
+  auto reach = reachesTargets(roots, targets);
+  auto inInputRegion = [&](const Edge& e) {
+    if (!e.is_valid()) return false;
+    auto it = reach.find(e.function.get());
+    return it != reach.end() && it->second;
+  };
+
+  auto [walked, frontier, inputOnly] = walkInputRegion(roots, targets, inInputRegion);
+
   // Roots that lead straight into the weight region keep their gradients for runWeight.
   for (size_t i = 0; i < roots.size(); ++i) {
     if (roots[i].is_valid() && !inInputRegion(roots[i]) && grads[i].defined()) {
@@ -100,7 +122,7 @@ std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_l
       weightGrads_.push_back(grads[i]);
     }
   }
-  if (walk.empty()) return inputGrads;  // no input gradient flows: all is weight work
+  if (!walked) return inputGrads;  // no input gradient flows: all is weight work
 
   torch::autograd::edge_list outputs = inputEdges;
   for (auto& n : frontier) {

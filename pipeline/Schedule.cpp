@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "core/Error.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice::pipeline {
-namespace {
 
 void appendForward(std::vector<Action>& out, int stage, int stages, int mb) {
   if (stage > 0) out.push_back({ActionKind::RecvActivation, mb, stage});
@@ -23,6 +23,8 @@ void appendBackward(std::vector<Action>& out, int stage, int stages, int mb) {
   out.push_back({ActionKind::Backward, mb, stage});
   if (stage > 0) out.push_back({ActionKind::SendGrad, mb, stage});
 }
+
+namespace {
 
 void appendBackwardInput(std::vector<Action>& out, int stage, int stages, int mb) {
   if (stage < stages - 1) out.push_back({ActionKind::RecvGrad, mb, stage});
@@ -101,24 +103,44 @@ struct RankCaps {
   std::vector<int> toB, toW, pendingW;  // per rank, in pieces: F..B, F..W, B..W
 };
 
+// How many pieces list scheduling lets a rank hold: between F and Bi
+// (1F1B's p - r, or interleaved 1F1B's warm-up + 1), between F and W (the
+// most loaded rank's), and awaiting W; or the caps a fitted schedule keeps.
+struct PieceLimits {
+  const PieceOrder& order;
+  const RankCaps* caps;
+  int p, v, m;
+  int toB(int r) const { return caps ? caps->toB[r] : v == 1 ? std::min(p - r, m) : order.warmup(r) + 1; }
+  int toW(int r) const { return caps ? caps->toW[r] : v == 1 ? std::min(p, m) : order.warmup(0) + 1; }
+  int pendingW(int r) const { return caps ? caps->pendingW[r] : m * v; }
+};
+
+// A piece's time: the stage's fitted time, or unit costs (stage 0's inputs
+// need no gradient: its Bi is empty and its W the whole backward).
+struct PieceCosts {
+  const ScheduleCosts* costs;
+  double forward(int st) const { return costs ? costs->times[st].forward : 1.0; }
+  double backwardInput(int st) const { return costs ? costs->times[st].backwardInput : st == 0 ? 0.0 : 1.0; }
+  double backwardWeight(int st) const { return costs ? costs->times[st].backwardWeight : st == 0 ? 2.0 : 1.0; }
+};
+
+// The rank to act next: the earliest clock among those with work left that
+// are not asleep; -1 when none.
+int nextRank(const std::vector<int>& left, const std::vector<bool>& asleep, const std::vector<double>& clock) {
+  int r = -1;
+  for (int q = 0; q < static_cast<int>(left.size()); ++q) {
+    if (left[q] > 0 && !asleep[q] && (r < 0 || clock[q] < clock[r])) r = q;
+  }
+  return r;
+}
+
 Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs = nullptr,
                                 const RankCaps* caps = nullptr) {
   const int stages = p * v, total = m * v;
   Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
   const PieceOrder order{p, v, m};
-  // Pieces between F and B per rank: 1F1B's p - r, or interleaved 1F1B's warm-up + 1.
-  auto toBLimit = [&](int r) {
-    if (caps) return caps->toB[r];
-    return v == 1 ? std::min(p - r, m) : order.warmup(r) + 1;
-  };
-  auto toWLimit = [&](int r) {
-    if (caps) return caps->toW[r];
-    return v == 1 ? std::min(p, m) : order.warmup(0) + 1;  // the most loaded rank's
-  };
-  auto pendingWLimit = [&](int r) { return caps ? caps->pendingW[r] : total; };
-  auto fCost = [&](int st) { return costs ? costs->times[st].forward : 1.0; };
-  auto bCost = [&](int st) { return costs ? costs->times[st].backwardInput : st == 0 ? 0.0 : 1.0; };
-  auto wCost = [&](int st) { return costs ? costs->times[st].backwardWeight : st == 0 ? 2.0 : 1.0; };
+  const PieceLimits limits{order, caps, p, v, m};
+  const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
   // Finish times; -1: not scheduled yet.
   std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
@@ -130,10 +152,7 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, co
   // When an input sent at `at` (-1: not yet) is there.
   auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
   for (;;) {
-    int r = -1;
-    for (int q = 0; q < p; ++q) {
-      if (left[q] > 0 && !asleep[q] && (r < 0 || clock[q] < clock[r])) r = q;
-    }
+    const int r = nextRank(left, asleep, clock);
     if (r < 0) {
       for (int q = 0; q < p; ++q) {
         SLUICE_CHECK(left[q] == 0, ScheduleError,
@@ -145,14 +164,14 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, co
     auto& out = s.actions[r];
     double bInput = -1, fInput = -1;
     int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
-    const bool bRoom = static_cast<int>(pendingW[r].size()) < pendingWLimit(r);
+    const bool bRoom = static_cast<int>(pendingW[r].size()) < limits.pendingW(r);
     if (nextB[r] < nextF[r]) {
       bStage = order.backwardStage(nextB[r], r);
       bMb = order.microBatchOf(nextB[r]);
       // The last stage's B follows its own F; the others wait for the next stage's gradient.
       bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : arrival(bEnd[bStage + 1][bMb]);
     }
-    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < toBLimit(r) && nextF[r] - wDone[r] < toWLimit(r);
+    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < limits.toB(r) && nextF[r] - wDone[r] < limits.toW(r);
     if (fRoom) {
       fStage = order.forwardStage(nextF[r], r);
       fMb = order.microBatchOf(nextF[r]);
@@ -160,17 +179,17 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, co
     }
     if (bRoom && arrived(bInput, t)) {
       appendBackwardInput(out, bStage, stages, bMb);
-      bEnd[bStage][bMb] = clock[r] += bCost(bStage);
+      bEnd[bStage][bMb] = clock[r] += cost.backwardInput(bStage);
       pendingW[r].push_back({bStage, bMb});
       ++nextB[r];
     } else if (fRoom && arrived(fInput, t)) {
       appendForward(out, fStage, stages, fMb);
-      fEnd[fStage][fMb] = clock[r] += fCost(fStage);
+      fEnd[fStage][fMb] = clock[r] += cost.forward(fStage);
       ++nextF[r];
     } else if (!pendingW[r].empty()) {
       auto [st, mb] = pendingW[r].front();
       out.push_back({ActionKind::BackwardWeight, mb, st});
-      clock[r] += wCost(st);
+      clock[r] += cost.backwardWeight(st);
       pendingW[r].pop_front();
       ++wDone[r];
     } else {
@@ -286,26 +305,28 @@ std::vector<Action> Schedule::stageActions(int stage) const {
   return out;
 }
 
-const std::vector<std::string>& scheduleNames() {
-  static const std::vector<std::string> names{"gpipe", "1f1b", "zb-h1", "interleaved", "interleaved-zb"};
+std::vector<std::string> scheduleNames() {
+  std::vector<std::string> names;
+  for (auto& k : scheduleKinds()) names.push_back(k.name);
   return names;
 }
 
-bool interleavesStages(const std::string& name) { return name == "interleaved" || name == "interleaved-zb"; }
+bool interleavesStages(const std::string& name) {
+  const auto* k = findScheduleKind(name);
+  return k && k->interleaves;
+}
 
-bool fitsToStageTimes(const std::string& name) { return name == "zb-h1" || name == "interleaved-zb"; }
-
+bool fitsToStageTimes(const std::string& name) {
+  const auto* k = findScheduleKind(name);
+  return k && k->fitsStageTimes;
+}
 
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
-  if (name == "interleaved") return makeInterleaved1F1B(stages, chunks, microBatches);
-  if (name == "interleaved-zb") return makeInterleavedZeroBubble(stages, chunks, microBatches, costs);
-  SLUICE_CHECK(chunks == 1, ScheduleError,
-               "schedule '" << name << "' runs one stage per rank; only interleaved and interleaved-zb take " << chunks
-                                           << " chunks");
-  if (name == "gpipe") return makeGPipe(stages, microBatches);
-  if (name == "1f1b") return make1F1B(stages, microBatches);
-  if (name == "zb-h1") return makeZeroBubbleH1(stages, microBatches, costs);
-  throw ScheduleError("unknown schedule '" + name + "' (choose gpipe, 1f1b, zb-h1, interleaved or interleaved-zb)");
+  const auto& kind = scheduleKind(name);
+  SLUICE_CHECK(kind.interleaves || chunks == 1, ScheduleError,
+               "schedule '" << name << "' runs one stage per rank; only the interleaved schedules take " << chunks
+                            << " chunks");
+  return kind.build(stages, kind.interleaves ? chunks : 1, microBatches, kind.fitsStageTimes ? costs : nullptr);
 }
 
 bool splitsBackward(const Schedule& schedule) {

@@ -114,9 +114,11 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
 // its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
 // `costs`: as makeZeroBubbleH1 (one StageTimes per stage, ranks x chunks).
 Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs = nullptr);
-// The schedules makeSchedule() knows, for messages and config checks.
-const std::vector<std::string>& scheduleNames();  // gpipe, 1f1b, zb-h1, interleaved, interleaved-zb
-// True for the schedules that put several stages (chunks) on each rank.
+// The schedules makeSchedule() knows (the rows of ScheduleKinds.h's table),
+// for messages and config checks: gpipe, 1f1b, zb-h1, interleaved, interleaved-zb.
+std::vector<std::string> scheduleNames();
+// True for the schedules that put several stages (chunks) on each rank
+// (false for a name that is no schedule, such as "auto").
 bool interleavesStages(const std::string& name);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
 // ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
@@ -128,6 +130,12 @@ Schedule makeSchedule(const std::string& name, int stages, int microBatches, int
 bool splitsBackward(const Schedule& schedule);
 // True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb).
 bool fitsToStageTimes(const std::string& name);
+
+// A builder's pieces: micro-batch mb's forward on `stage` of `stages`, with
+// its receive before and send after (none at the pipeline's ends); and its
+// whole backward (Backward) likewise.
+void appendForward(std::vector<Action>& out, int stage, int stages, int mb);
+void appendBackward(std::vector<Action>& out, int stage, int stages, int mb);
 
 // Note [refill after a wait] (partition/Refill.h): a compute action of stage
 // s that starts after its rank idled for w seconds runs longer by

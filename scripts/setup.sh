@@ -18,6 +18,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libgtest-dev
+  libcli11-dev nlohmann-json3-dev  # the CLI's subcommands and flags; JSON (metrics, traces)
   fortunes                  # real text for the byte-level GPT
   dataset-fashion-mnist zlib1g-dev  # real images (gzipped IDX files) for the CNN
   python3 python3-venv      # the virtual environment that holds torch 2.11
@@ -43,8 +44,9 @@ fi
 # Python packages in the torch environment. torch: LibTorch + the reference;
 # numpy: torch's tensor <-> array paths; protobuf (4.x: the runtime for code
 # from Debian's protoc 3.21): the tests read TensorBoard event files; PyYAML;
-# tokenizers: scripts/tokenize.py's byte-level BPE (data.name: tokens).
-python_packages=("torch==${SLUICE_TORCH_VERSION}.*" numpy "protobuf>=4.21,<5" pyyaml tokenizers)
+# tokenizers: scripts/tokenize.py's byte-level BPE (data.name: tokens); lizard:
+# the function lengths tests/layout/check_layout.py checks.
+python_packages=("torch==${SLUICE_TORCH_VERSION}.*" numpy "protobuf>=4.21,<5" pyyaml tokenizers lizard)
 stamp="$SLUICE_TORCH_ENV/.sluice-complete"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${python_packages[*]}" ]; then
   echo "setup: torch ${SLUICE_TORCH_VERSION} present in $SLUICE_TORCH_ENV ($("$SLUICE_PYTHON" -c 'import torch; print(torch.__version__)'))"

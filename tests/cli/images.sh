@@ -22,7 +22,7 @@ eval_line() { grep '"eval_loss"' "$TMP/$1/metrics.jsonl"; }
 train short --set training.steps=150 --set training.eval_interval=150 --set training.eval_samples=2000
 grep -q "eval after step 150  eval_loss [0-9.]*  eval_accuracy [0-9.]*%  (2000 samples" "$TMP/short.log" ||
   { cat "$TMP/short.log"; fail "no eval line on the console"; }
-eval_line short | awk -F'"eval_accuracy": ' '{ split($2, a, ","); acc = a[1] + 0
+eval_line short | awk -F'"eval_accuracy": *' '{ split($2, a, ","); acc = a[1] + 0
   printf "fashion_mnist_cnn, 150 steps: test accuracy %.2f%% on 2000 images (chance 10%%)\n", 100 * acc; exit !(acc > 0.6) }' ||
   fail "accuracy after 150 steps is not clearly above chance"
 
@@ -30,8 +30,8 @@ run=(--set training.steps=20 --set training.eval_interval=10 --set training.eval
 train keep "${run[@]}" --set memory.policy=none
 train recompute "${run[@]}" --set memory.policy=full_recompute
 grep -q "recomputed" "$TMP/recompute.log" || fail "full_recompute recomputed nothing"
-cmp <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/keep/metrics.jsonl") \
-      <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/recompute/metrics.jsonl") ||
+cmp <(jfields 'loss\|eval_loss\|eval_accuracy' "$TMP/keep/metrics.jsonl") \
+      <(jfields 'loss\|eval_loss\|eval_accuracy' "$TMP/recompute/metrics.jsonl") ||
   fail "full recompute changed the losses or the evaluation (BatchNorm statistics updated twice?)"
 [ "$(eval_line keep | wc -l)" -eq 2 ] || fail "expected evaluations after steps 10 and 20"
 echo "ok: full recompute: 20 losses and 2 evaluations bitwise equal to keeping everything"
@@ -40,14 +40,14 @@ echo "ok: full recompute: 20 losses and 2 evaluations bitwise equal to keeping e
 # micro-batch order on every stage; evaluation micro-batch by micro-batch through each rank's stages).
 train inter "${run[@]}" --set memory.policy=none --set pipeline.schedule=interleaved
 grep -q "interleaved, 2 stages per rank" "$TMP/inter/logs/rank_0.log" || fail "the inter run did not interleave"
-paste <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/keep/metrics.jsonl") \
-      <(grep -o '"\(loss\|eval_loss\|eval_accuracy\)": [^,}]*' "$TMP/inter/metrics.jsonl") |
+paste <(jfields 'loss\|eval_loss\|eval_accuracy' "$TMP/keep/metrics.jsonl") \
+      <(jfields 'loss\|eval_loss\|eval_accuracy' "$TMP/inter/metrics.jsonl") |
   awk '{ a = $2 + 0; b = $4 + 0; d = a - b; if (d < 0) d = -d; s = a < 0 ? -a : a; if ($1 != $3 || d > 1e-5 * s + 1e-12) bad = 1; n++ }
        END { exit bad || n != 24 }' || fail "interleaved changed the losses or the evaluation"
 echo "ok: interleaved (2 x 2 stages): 20 losses and 2 evaluations equal to 2 stages"
 
 train dp "${run[@]}" --set pipeline.data_parallel=2 --set optimizer.name=dist_adam --set pipeline.microbatches=2
-eval_line dp | grep -q '"eval_samples": 512}' || { eval_line dp; fail "2 replicas did not evaluate all 512 samples"; }
+eval_line dp | grep -q '"eval_samples": *512}' || { eval_line dp; fail "2 replicas did not evaluate all 512 samples"; }
 echo "ok: 2 stages x 2 replicas: $(eval_line dp | tail -1)"
 
 mkdir -p "$TMP/empty"

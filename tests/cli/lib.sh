@@ -14,7 +14,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 PY=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
 
 # losses FILE: one loss per line, in step order.
-losses() { grep -o '"loss": [^,}]*' "$1" | awk '{print $2}'; }
+# jfields KEYS FILE: the "key": value pairs of a metrics.jsonl whose key
+# matches KEYS (a grep alternation, e.g. 'loss\|eval_loss'), one per line,
+# printed as `"key": value` whatever the file's spacing.
+jfields() { grep -o "\"\\($1\\)\": *[^,}]*" "$2" | sed 's/": */": /'; }
+losses() { jfields loss "$1" | awk '{print $2}'; }
 
 # compare_losses REF_DIR OTHER_DIR STEPS [TOLERANCE]: both runs' metrics.jsonl
 # have STEPS losses, equal to a relative TOLERANCE (1e-5; prints the largest difference).

@@ -48,7 +48,7 @@ grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not 
 learn=("${base[@]}" --set training.steps=60 --set training.eval_interval=20 --set optimizer.schedule=constant
        --set logging.interval=10)
 train learn "${learn[@]}" --set checkpoint.interval=30
-evals=$(grep -o '"eval_loss": [^,}]*' "$TMP/learn/metrics.jsonl" | awk '{print $2}' | tr '\n' ' ')
+evals=$(jfields eval_loss "$TMP/learn/metrics.jsonl" | awk '{print $2}' | tr '\n' ' ')
 read -r first _ last <<<"$evals"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a - b > 0.5) }' ||
   fail "eval loss did not fall clearly: $evals"

@@ -75,9 +75,9 @@ awk -v wire="$(sent bf16_wire)" -v graph="$(sent bf16_zb)" 'BEGIN {
 nodes() { sed -n 's/.*graph  *\([0-9]*\) nodes.*/\1/p' "$TMP/$1/logs/rank_0.log" | head -1; }
 [ "$(nodes bf16_one)" -gt "$(nodes one)" ] || fail "the bf16 graph ($(nodes bf16_one) nodes) has no casts beyond float32's ($(nodes one))"
 compare_losses "$TMP/clip_one" "$TMP/clip_zb" 10 0
-diff <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_one/metrics.jsonl") <(grep -o '"grad_norm": [^,}]*' "$TMP/clip_zb/metrics.jsonl") ||
+diff <(jfields grad_norm "$TMP/clip_one/metrics.jsonl") <(jfields grad_norm "$TMP/clip_zb/metrics.jsonl") ||
   fail "clip_one and clip_zb log different grad_norm"
-clipped=$(grep -o '"grad_norm": [^,}]*' "$TMP/clip_one/metrics.jsonl" | awk '$2 > 0.2 { n++ } END { print n + 0 }')
+clipped=$(jfields grad_norm "$TMP/clip_one/metrics.jsonl" | awk '$2 > 0.2 { n++ } END { print n + 0 }')
 [ "$clipped" -ge 5 ] || fail "clip_grad_norm 0.2 clipped only $clipped of 10 steps: the test needs a smaller norm"
 [ "$(losses "$TMP/one/metrics.jsonl" | tail -1)" != "$(losses "$TMP/clip_one/metrics.jsonl" | tail -1)" ] ||
   fail "clip_grad_norm 0.2 did not change the losses"

@@ -23,6 +23,7 @@
 #include "memory/SavedTensorHooks.h"
 #include "partition/Plan.h"
 #include "pipeline/RankWorker.h"
+#include "pipeline/ScheduleKinds.h"
 #include "tests/TestUtil.h"
 
 namespace sluice {
@@ -251,9 +252,10 @@ std::vector<double> dropoutLosses(const Communicator& comm, const std::string& s
 
 // With dropout, every layout draws the same masks, so 2 ranks (CTest
 // equivalence_np2) and 3 ranks (equivalence_np3) give bitwise the losses of
-// 1 stage under GPipe, 1F1B, ZB-H1, and (where the 4 micro-batches divide
-// among the ranks: interleaved needs that) interleaved 1F1B and interleaved
-// zero bubble with 2 stages per rank: each node computes the same values in
+// 1 stage under every schedule in the table (GPipe, 1F1B, ZB-H1, and where
+// the 4 micro-batches divide among the ranks, as interleaving needs,
+// interleaved 1F1B and interleaved zero bubble with 2 stages per rank; a
+// test's toy schedule too): each node computes the same values in
 // the same order, a cut only moves a value between ranks. The masks are
 // real: the losses differ from the same training without dropout.
 TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
@@ -261,11 +263,13 @@ TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
   const auto ref = dropoutLosses(Communicator::self(), "1f1b", 1);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
   EXPECT_NE(ref.front(), referenceLosses().front()) << "dropout 0.2 left the first loss unchanged";
-  std::vector<std::pair<std::string, int>> layouts{{"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}};
-  if (kMicroBatches % world.size() == 0) {
-    layouts.push_back({"interleaved", 2});
-    layouts.push_back({"interleaved-zb", 2});
+  // Every schedule in the table (a test's toy included: ToySchedule.cpp).
+  std::vector<std::pair<std::string, int>> layouts;
+  for (auto& kind : pipeline::scheduleKinds()) {
+    if (!kind.interleaves) layouts.push_back({kind.name, 1});
+    if (kind.interleaves && kMicroBatches % world.size() == 0) layouts.push_back({kind.name, 2});
   }
+  ASSERT_GE(layouts.size(), 4u);
   for (auto& [schedule, chunks] : layouts) {
     const auto got = dropoutLosses(world, schedule, chunks);
     const std::string what = std::to_string(world.size()) + " ranks x " + std::to_string(chunks) + " " + schedule;

@@ -7,11 +7,32 @@
 
 #include "core/Error.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice::pipeline {
 namespace {
 
 using K = ActionKind;
+
+// Every row of the schedule table (pipeline/ScheduleKinds.h), a test's toy
+// included (ToySchedule.cpp), builds valid schedules: 1 to 4 ranks, 2 stages
+// per rank where it interleaves (micro-batches a multiple of the ranks there),
+// up to 8 micro-batches; its name in the result, and as many stages as it says.
+TEST(Schedule, EveryKindInTheTablePassesTheChecker) {
+  ASSERT_GE(scheduleKinds().size(), 5u);
+  for (auto& kind : scheduleKinds()) {
+    for (int p = 1; p <= 4; ++p) {
+      for (int m = 1; m <= 8; ++m) {
+        const int chunks = kind.interleaves ? 2 : 1;
+        if (kind.interleaves && (p < 2 || m % p != 0)) continue;
+        auto s = kind.build(p, chunks, m, nullptr);
+        EXPECT_EQ(s.name, kind.name);
+        EXPECT_EQ(s.stages, p * chunks) << kind.name;
+        EXPECT_NO_THROW(checkSchedule(s)) << toString(s);
+      }
+    }
+  }
+}
 
 TEST(Schedule, GPipeAnd1F1BAreValid) {
   for (int p = 1; p <= 4; ++p) {

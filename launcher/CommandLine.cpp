@@ -1,0 +1,161 @@
+#include "launcher/CommandLine.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "core/Error.h"
+
+namespace sluice {
+namespace {
+
+// The parser and where its values go; built the same for parsing and for usage.
+struct Parser {
+  CLI::App app{"Pipeline-parallel training of LibTorch models: capture, profile, partition, train.", "sluice"};
+  CommandLine args;
+  bool version = false, trace = false;
+  std::map<std::string, CLI::App*> commands;
+
+  Parser() {
+    app.set_help_flag("-h,--help", "print this help (and `sluice COMMAND --help` a command's)");
+    app.add_flag("--version", version, "versions of Sluice, LibTorch, Open MPI and the BLAS in use");
+    app.allow_extras();  // an unknown command is named by parseCommandLine
+    app.require_subcommand(0, 1);
+    auto* train = command("train", "train from a YAML config; starts mpirun itself when the config needs more than "
+                                   "one rank");
+    withConfig(train);
+    withTrace(train);
+    auto* worker = command("worker", "one rank of a job (what mpirun and srun start)");
+    withConfig(worker);
+    withTrace(worker);
+    auto* launch = command("launch", "start the job on several machines: mpirun over a hostfile "
+                                     "(cluster.hostfile) or srun inside a Slurm allocation (cluster.launcher)");
+    withConfig(launch);
+    withTrace(launch);
+    launch->add_option("--hostfile", args.hostfile, "the hosts, one per line: HOST [slots=N] (cluster.hostfile)");
+    launch->add_flag("--dry-run", args.dryRun, "print the command, start nothing");
+    launch->add_option("--sbatch", args.sbatch, "write a Slurm batch script that runs this launch");
+    auto* graph = command("graph", "capture the model and print one line per node (the indices pipeline.cuts "
+                                   "refers to)");
+    withConfig(graph);
+    graph->add_option("-o", args.output, "also save the graph (protobuf)");
+    auto* profile = command("profile", "time every node (forward, backward), saved-tensor bytes, p2p and swap "
+                                       "bandwidth on 2 ranks; write a Profile (protobuf)");
+    withConfig(profile);
+    profile->add_option("-o", args.output, "the profile file to write (required)");
+    auto* partition = command("partition", "choose the stage split and each saved tensor's keep / swap / "
+                                           "recompute from a profile; write a Plan for pipeline.plan");
+    withConfig(partition);
+    partition->add_option("--profile", args.profile, "the profile from `sluice profile` (required)");
+    partition->add_option("-o", args.output, "the plan file to write (required)");
+    partition->add_option("--budget-mb", args.budgetMb, "memory per stage in MiB (default: memory.budget_mb)");
+    partition->add_option("--method", args.method,
+                          "profile | uniform | parameters | layers (default: pipeline.partition.method)");
+    auto* exporter = command("export", "a TorchScript model (model.name: torchscript) with the weights of a "
+                                       "checkpoint, loadable by torch.jit.load");
+    withConfig(exporter);
+    exporter->add_option("--checkpoint", args.checkpoint,
+                         "a step_N checkpoint directory, or the checkpoint directory for its latest (required)");
+    exporter->add_option("-o", args.output, "the model file to write (required)");
+    auto* plan = command("plan", "plans from `sluice partition`");
+    plan->require_subcommand(1);
+    plan->add_subcommand("show", "print a plan: one row per stage with its predictions")
+        ->add_option("FILE", args.config, "the plan file")
+        ->required();
+    auto* traceCmd = command("trace", "timelines from `sluice train --trace`");
+    traceCmd->require_subcommand(1);
+    auto* show = traceCmd->add_subcommand("show", "draw a trace as an SVG timeline");
+    show->add_option("TRACE", args.config, "trace.json")->required();
+    show->add_option("-o", args.output, "the SVG file to write")->required();
+    command("version", "the same as --version");
+  }
+
+  CLI::App* command(const std::string& name, const std::string& summary) {
+    auto* c = app.add_subcommand(name, summary);
+    c->allow_extras();  // a flag of another command is named by parseCommandLine
+    commands[name] = c;
+    return c;
+  }
+  void withConfig(CLI::App* c) {
+    c->add_option("CONFIG", args.config, "the job's YAML config");
+    c->add_option("--set", args.overrides, "override a config key, e.g. training.steps=100 (repeatable)")
+        ->type_name("KEY=VALUE")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  }
+  void withTrace(CLI::App* c) {
+    c->add_flag("--trace", trace, "write a timeline of two steps to output_dir/trace.json (logging.trace)");
+  }
+
+  // The flags of every command, to say whether another command takes `flag`.
+  bool someCommandTakes(std::string flag) const {
+    flag = flag.substr(0, flag.find('='));
+    const bool isLong = flag.rfind("--", 0) == 0;
+    const std::string bare = flag.substr(isLong ? 2 : 1);
+    for (auto& [name, c] : commands) {
+      for (const auto* o : c->get_options()) {
+        if (isLong ? o->check_lname(bare) : o->check_sname(bare)) return true;
+      }
+    }
+    return false;
+  }
+};
+
+}  // namespace
+
+std::string commandLineUsage() {
+  Parser p;
+  return p.app.help();
+}
+
+std::optional<CommandLine> parseCommandLine(int argc, char** argv) {
+  Parser p;
+  if (argc < 2) throw ConfigError(p.app.help());
+  if (std::string(argv[1]) == "help") {
+    std::cout << p.app.help();
+    return std::nullopt;
+  }
+  try {
+    p.app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    CLI::App* asked = &p.app;
+    for (auto* c = asked; !c->get_subcommands().empty();) asked = c = c->get_subcommands().front();
+    std::cout << asked->help();
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw ConfigError(std::string("sluice: ") + e.what() + "\n\n" + p.app.help());
+  }
+  auto& a = p.args;
+  const auto chosen = p.app.get_subcommands();
+  if (p.version) {
+    a.command = "version";
+    return a;
+  }
+  if (chosen.empty()) {
+    const auto extra = p.app.remaining();
+    throw ConfigError("sluice: unknown command '" + (extra.empty() ? std::string() : extra.front()) + "'\n\n" +
+                      p.app.help());
+  }
+  auto* command = chosen.front();
+  a.command = command->get_name();
+  if (const auto extra = command->remaining(); !extra.empty()) {
+    const auto& first = extra.front();
+    if (!first.empty() && first[0] == '-') {
+      throw ConfigError("sluice: " + a.command + " does not take " + first +
+                        (p.someCommandTakes(first) ? " (another command does; see `sluice --help`)"
+                                                   : ": unknown option") +
+                        "\n\n" + command->help());
+    }
+    throw ConfigError("sluice: unexpected argument '" + first + "'\n\n" + command->help());
+  }
+  if (p.trace) a.overrides.push_back("logging.trace=true");
+  const bool needsConfig = a.command != "version" && a.command != "plan" && a.command != "trace";
+  if (needsConfig && a.config.empty()) {
+    throw ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + command->help());
+  }
+  return a;
+}
+
+}  // namespace sluice

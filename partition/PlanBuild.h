@@ -1,0 +1,40 @@
+// partition/PlanBuild.h (internal to partition/): the steps makePlan and
+// planForCuts (Plan.h) are built from, one concern per file:
+//   Problem.cpp     the cost model's Problem from a graph and its profile, and
+//                   full_recompute's fixed choices;
+//   Prediction.cpp  a Partition's predicted step (simulated for the
+//                   schedules that need it) and the Plan it becomes;
+//   Plan.cpp        the search: baselines on fixed cuts, the partitioner,
+//                   refinement for a schedule, layer boundaries first, and
+//                   the method dispatch;
+//   PlanFile.cpp    the plan.proto round trip;  PlanTable.cpp  `plan show`.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "core/OpGraph.h"
+#include "partition/CostModel.h"
+#include "partition/Plan.h"
+#include "partition/Profile.h"
+
+namespace sluice::partition {
+
+// full_recompute: every saved storage made inside a transformer block and not
+// read after it (the block's output is the checkpoint) is recomputed.
+std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, const Profile& profile,
+                                                         const Problem& p, int first, int end);
+
+// A partition's predicted step time and each stage's refill per micro-batch.
+struct Prediction {
+  double stepTime = 0;
+  std::vector<double> refill;
+};
+Prediction predict(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p);
+double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p);
+
+// The plan of a partition: its stages, decisions and predictions.
+Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
+            const Partition& part);
+
+}  // namespace sluice::partition

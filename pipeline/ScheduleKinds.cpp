@@ -1,0 +1,51 @@
+#include "pipeline/ScheduleKinds.h"
+
+#include "core/Error.h"
+
+namespace sluice::pipeline {
+namespace {
+
+std::vector<ScheduleKind>& table() {
+  static std::vector<ScheduleKind> kinds = [] {
+    std::vector<ScheduleKind> k;
+    k.push_back({"gpipe", "all forwards, then all backwards", false, false, true, 2,
+                 [](int p, int, int m, const ScheduleCosts*) { return makeGPipe(p, m); }});
+    k.push_back({"1f1b", "one forward, one backward (PipeDream-Flush)", false, false, false, 0,
+                 [](int p, int, int m, const ScheduleCosts*) { return make1F1B(p, m); }});
+    k.push_back({"zb-h1", "zero bubble: backward split into input and weight gradients", false, true, false, 1,
+                 [](int p, int, int m, const ScheduleCosts* c) { return makeZeroBubbleH1(p, m, c); }});
+    k.push_back({"interleaved", "interleaved 1F1B over pipeline.chunks stages per rank", true, false, false, 3,
+                 [](int p, int v, int m, const ScheduleCosts*) { return makeInterleaved1F1B(p, v, m); }});
+    k.push_back({"interleaved-zb", "interleaved 1F1B with zb-h1's split backward", true, true, false, 4,
+                 [](int p, int v, int m, const ScheduleCosts* c) { return makeInterleavedZeroBubble(p, v, m, c); }});
+    return k;
+  }();
+  return kinds;
+}
+
+}  // namespace
+
+const std::vector<ScheduleKind>& scheduleKinds() { return table(); }
+
+const ScheduleKind* findScheduleKind(const std::string& name) {
+  for (auto& k : table()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+const ScheduleKind& scheduleKind(const std::string& name) {
+  if (const auto* k = findScheduleKind(name)) return *k;
+  std::string names;
+  for (auto& k : table()) names += (names.empty() ? "" : ", ") + k.name;
+  throw ScheduleError("unknown schedule '" + name + "' (choose " + names + ")");
+}
+
+bool addScheduleKind(ScheduleKind kind) {
+  SLUICE_CHECK(!findScheduleKind(kind.name), ScheduleError, "schedule '" << kind.name << "' is already in the table");
+  SLUICE_CHECK(kind.build, ScheduleError, "schedule '" << kind.name << "' has no builder");
+  table().push_back(std::move(kind));
+  return true;
+}
+
+}  // namespace sluice::pipeline

@@ -1,0 +1,40 @@
+// pipeline::ScheduleKind: one row per schedule a user can name in
+// pipeline.schedule, with its traits; every layer asks the table, none
+// compares schedule names. Adding a schedule: its builder (a function that
+// returns a Schedule, see Schedule.h) and one row in ScheduleKinds.cpp
+// (docs/architecture.md, "Add a schedule").
+//
+//   const auto& k = pipeline::scheduleKind("zb-h1");   // ScheduleError listing the names otherwise
+//   if (k.interleaves) ...;                            // several stages per rank
+//   auto s = k.build(ranks, /*chunks=*/1, microBatches, /*costs=*/nullptr);
+//
+// The table is filled before main() and read-only after; addScheduleKind is
+// for rows outside the library (a test's toy schedule), at start-up only.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pipeline/Schedule.h"
+
+namespace sluice::pipeline {
+
+struct ScheduleKind {
+  std::string name;
+  std::string summary;
+  bool interleaves = false;           // pipeline.chunks stages per rank (pipeline.microbatches a multiple of stages)
+  bool fitsStageTimes = false;        // built again with the plan's stage times (ScheduleCosts)
+  bool holdsEveryMicroBatch = false;  // every micro-batch in flight at once (GPipe; the cost model's shortcut)
+  int autoOrder = -1;                 // pipeline.schedule auto tries it in this order (ties go to the earlier); -1: not
+  // ranks, chunks (1 unless interleaves), micro-batches, costs (nullptr: unit costs; ignored unless fitsStageTimes).
+  std::function<Schedule(int, int, int, const ScheduleCosts*)> build;
+};
+
+const std::vector<ScheduleKind>& scheduleKinds();
+const ScheduleKind* findScheduleKind(const std::string& name);  // nullptr when there is none
+const ScheduleKind& scheduleKind(const std::string& name);      // ScheduleError naming the choices
+// Adds a row; ScheduleError when the name is taken. Returns true (for a static initializer).
+bool addScheduleKind(ScheduleKind kind);
+
+}  // namespace sluice::pipeline

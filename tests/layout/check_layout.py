@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The code's shape, checked against docs/architecture.md.
+
+1. Includes: every `#include "folder/..."` in a source folder follows the
+   dependency table in docs/architecture.md ("## Folders and dependencies":
+   one row per CMake target, `| `unit` | files | may include |`).
+2. Sizes: no source file over MAX_FILE_LINES lines, no function over
+   MAX_FUNCTION_LINES lines (counted by lizard, a C++-aware code analyser
+   from PyPI that scripts/setup.sh installs).
+
+Tests (tests/) and benches are not checked. Run: check_layout.py SOURCE_DIR.
+Exit 0 when the code matches, 1 with one line per finding otherwise.
+"""
+import os
+import re
+import sys
+
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+# Known exceptions to the limits (none today). The check fails for a new
+# offender, and for an entry here that is no longer over, so the list only
+# shrinks.
+KNOWN_LONG_FILES = set()
+KNOWN_LONG_FUNCTIONS = set()
+
+SOURCE_FOLDERS = ["core", "memory", "optim", "pipeline", "partition", "models", "launcher"]
+
+
+def read_table(source):
+    """unit -> (file patterns, allowed units), from docs/architecture.md."""
+    path = os.path.join(source, "docs", "architecture.md")
+    with open(path) as f:
+        text = f.read()
+    section = re.search(r"^## Folders and dependencies\n(.*?)(?=^## )", text, re.S | re.M)
+    if not section:
+        sys.exit(f"{path}: no '## Folders and dependencies' section")
+    units = {}
+    for line in section.group(1).splitlines():
+        m = re.match(r"^\| `([a-z_]+)` \|(.*?)\|(.*?)\|", line)
+        if not m:
+            continue
+        name, files, deps = m.groups()
+        patterns = re.findall(r"`([^`]+)`", files)
+        allowed = set(re.findall(r"`([a-z_]+)`", deps))
+        units[name] = (patterns, allowed)
+    if not units:
+        sys.exit(f"{path}: the dependency table has no rows")
+    return units
+
+
+def unit_of(units, rel):
+    """The unit a file belongs to: the most specific pattern that matches."""
+    best, best_len = None, -1
+    for name, (patterns, _) in units.items():
+        for p in patterns:
+            if rel.startswith(p) and len(p) > best_len:
+                best, best_len = name, len(p)
+    return best
+
+
+def sources(source):
+    for folder in SOURCE_FOLDERS:
+        for root, _, files in os.walk(os.path.join(source, folder)):
+            for f in sorted(files):
+                if f.endswith((".h", ".cpp", ".cu")):
+                    yield os.path.relpath(os.path.join(root, f), source)
+
+
+def check_includes(source, units, findings):
+    include = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"')
+    for rel in sources(source):
+        own = unit_of(units, rel)
+        if own is None:
+            findings.append(f"{rel}: in no unit of docs/architecture.md's dependency table")
+            continue
+        with open(os.path.join(source, rel)) as f:
+            for n, line in enumerate(f, 1):
+                m = include.match(line)
+                if not m or not os.path.exists(os.path.join(source, m.group(1))):
+                    continue  # system or generated headers (proto/*.pb.h are in the build tree)
+                target = unit_of(units, m.group(1))
+                if target is None or target == own:
+                    continue
+                if target not in units[own][1]:
+                    findings.append(f"{rel}:{n}: {own} includes {m.group(1)} ({target}), "
+                                    f"which docs/architecture.md does not let it depend on")
+
+
+def check_sizes(source, findings):
+    try:
+        import lizard
+    except ImportError:
+        findings.append("lizard is not installed: run scripts/setup.sh (it installs lizard into the torch environment)")
+        return
+    long_files, long_functions = set(), set()
+    for rel in sources(source):
+        path = os.path.join(source, rel)
+        with open(path) as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_FILE_LINES:
+            long_files.add(rel)
+            if rel not in KNOWN_LONG_FILES:
+                findings.append(f"{rel}: {lines} lines (at most {MAX_FILE_LINES})")
+        for fn in lizard.analyze_file(path).function_list:
+            if fn.length > MAX_FUNCTION_LINES:
+                key = f"{rel}:{fn.name}"
+                long_functions.add(key)
+                if key not in KNOWN_LONG_FUNCTIONS:
+                    findings.append(f"{rel}:{fn.start_line}: {fn.name} is {fn.length} lines "
+                                    f"(at most {MAX_FUNCTION_LINES})")
+    for rel in sorted(KNOWN_LONG_FILES - long_files):
+        findings.append(f"{rel} is no longer over {MAX_FILE_LINES} lines: remove it from KNOWN_LONG_FILES")
+    for key in sorted(KNOWN_LONG_FUNCTIONS - long_functions):
+        findings.append(f"{key} is no longer over {MAX_FUNCTION_LINES} lines: remove it from KNOWN_LONG_FUNCTIONS")
+
+
+def main():
+    source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    units = read_table(source)
+    findings = []
+    check_includes(source, units, findings)
+    check_sizes(source, findings)
+    for f in findings:
+        print(f)
+    print(f"layout: {len(findings)} finding(s); units: {', '.join(sorted(units))}")
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
