@@ -21,6 +21,7 @@
 #include "core/Device.h"
 #include "core/StageModule.h"
 #include "core/TransferGuard.h"
+#include "memory/MemoryPlan.h"
 
 namespace sluice {
 
@@ -187,7 +188,7 @@ struct OptimizerConfig {
 
 struct MemoryConfig {
   double budgetMb = 0;           // memory.budget_mb: per stage (MiB); 0 = no limit
-  std::string policy = "plan";   // plan (swap/recompute chosen by the partitioner) | none (keep all) | full_recompute
+  memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;  // plan | none | full_recompute (memory/MemoryPlan.h)
   bool swap = true;              // memory.swap: the plan may swap (false: recompute only)
   std::string swapDir;           // memory.swap_dir: where swapped tensors go (on disk, not tmpfs); "" = system temp dir
   double swapWindowMb = 0;       // memory.swap_window_mb: bytes in flight to/from the swap tier; 0 = budget / 8 (64 without a budget)

@@ -120,7 +120,7 @@ template <class S>
 void memoryKeys(S& s, Config& c) {
   auto& m = c.memory;
   s.key("budget_mb", m.budgetMb);
-  s.key("policy", m.policy);
+  s.choice("policy", m.policy, memory::memoryPolicies(), "memory policy");
   s.key("swap", m.swap);
   s.key("swap_dir", m.swapDir);
   s.key("swap_window_mb", m.swapWindowMb);

@@ -359,13 +359,11 @@ void validatePlanAndMemory(Config& c) {
   require(mem.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(mem.budgetMb));
   require(mem.budgetMb <= kMaxMib, "memory.budget_mb must be at most " + std::to_string(kMaxMib) + " (MiB), got " +
                                        shortNumber(mem.budgetMb));
-  require(in(mem.policy, {"plan", "none", "full_recompute"}),
-          "memory.policy must be plan, none or full_recompute, got '" + mem.policy + "'");
   require(mem.swapWindowMb >= 0, "memory.swap_window_mb must be >= 0, got " + std::to_string(mem.swapWindowMb));
   require(mem.swapWindowMb <= kMaxMib, "memory.swap_window_mb must be at most " + std::to_string(kMaxMib) +
                                            " (MiB), got " + shortNumber(mem.swapWindowMb));
   require(!mem.hardLimit || mem.budgetMb > 0, "memory.hard_limit needs memory.budget_mb > 0 (the limit to enforce)");
-  require(mem.policy != "full_recompute" || p.execution == ExecMode::Eager,
+  require(mem.policy != memory::MemoryPolicy::FullRecompute || p.execution == ExecMode::Eager,
           "memory.policy full_recompute needs pipeline.execution: eager");
 }
 

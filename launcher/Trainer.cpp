@@ -165,7 +165,8 @@ void Trainer::plan() {
   cuts_ = c_.pipeline.cuts;
   // A plan decides the split (without cuts) and what is kept; a memory plan
   // is needed for a budget under policy plan, and for full_recompute.
-  const bool memoryDecisions = m.policy == "full_recompute" || (m.policy == "plan" && m.budgetMb > 0);
+  const bool memoryDecisions = m.policy == memory::MemoryPolicy::FullRecompute ||
+                               (m.policy == memory::MemoryPolicy::Plan && m.budgetMb > 0);
   const bool split = c_.pipeline.stages > 1 && cuts_.empty();  // (cuts are for every stage of every rank)
   // Resuming: the checkpoint is checked now (the same model), before any work.
   if (const auto dir = resumeDirectory(c_); !dir.empty()) {

@@ -285,7 +285,8 @@ std::string Trainer::settingsTable() const {
                       std::to_string(c_.training.microBatchSize));
   row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");
   row("execution", choiceName(executionChoices(), c_.pipeline.execution));
-  std::string memoryText = "policy " + c_.memory.policy + ", budget " +
+  const std::string policy = choiceName(memory::memoryPolicies(), c_.memory.policy);
+  std::string memoryText = "policy " + policy + ", budget " +
                            (c_.memory.budgetMb > 0 ? formatBytes(static_cast<int64_t>(c_.memory.budgetMb * 1048576.0)) +
                                                          " per stage" + (c_.memory.hardLimit ? " (hard limit)" : "")
                                                    : std::string("none"));

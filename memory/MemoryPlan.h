@@ -27,7 +27,16 @@
 #include <string>
 #include <vector>
 
+#include "core/Choice.h"
+
 namespace sluice::memory {
+
+// memory.policy: who decides what each saved storage does: the partitioner
+// (plan: keep, swap or recompute each, under memory.budget_mb), nobody (none:
+// keep everything), or a fixed rule (full_recompute: every storage inside a
+// transformer block except its output is recomputed).
+enum class MemoryPolicy { Plan, None, FullRecompute };
+const std::vector<Choice<MemoryPolicy>>& memoryPolicies();  // plan | none | full_recompute
 
 enum class TensorAction { Keep = 0, Swap = 1, Recompute = 2 };
 const char* actionName(TensorAction action);

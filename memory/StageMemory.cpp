@@ -22,6 +22,14 @@ using detail::Record;
 using detail::SegmentState;
 using detail::storageOf;
 
+const std::vector<Choice<MemoryPolicy>>& memoryPolicies() {
+  static const std::vector<Choice<MemoryPolicy>> t = {
+      {MemoryPolicy::Plan, "plan", "keep, swap or recompute each saved storage, as the partitioner chooses"},
+      {MemoryPolicy::None, "none", "keep everything"},
+      {MemoryPolicy::FullRecompute, "full_recompute", "recompute every transformer block but its output"}};
+  return t;
+}
+
 const char* actionName(TensorAction a) {
   switch (a) {
     case TensorAction::Keep: return "keep";

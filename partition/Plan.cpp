@@ -67,12 +67,12 @@ Partition fixedPartition(const OpGraph& graph, const Profile& profile, const Pla
   out.cuts = cuts;
   for (int k = 0; k < p.stages; ++k) {
     const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? p.numNodes() : cuts[k];
-    const auto freed = st.policy == "full_recompute" ? fullRecomputeChoices(graph, profile, p, first, end)
+    const auto freed = st.policy == memory::MemoryPolicy::FullRecompute ? fullRecomputeChoices(graph, profile, p, first, end)
                                                      : std::vector<std::pair<int, Action>>{};
     auto s = evaluateStage(p, k, first, end, freed);
     s.fits = p.budgetBytes <= 0 || s.peakBytes <= p.budgetBytes;
     SLUICE_CHECK(s.fits, PlanError,
-                 "partition: with memory.policy " << st.policy << ", stage " << k << " (nodes [" << first << ", "
+                 "partition: with memory.policy " << choiceName(memory::memoryPolicies(), st.policy) << ", stage " << k << " (nodes [" << first << ", "
                      << end << ")) needs " << formatBytesExact(s.peakBytes) << "; the budget is "
                      << formatBytesExact(p.budgetBytes) << ". Raise memory.budget_mb, use more stages, or let the "
                      << "partitioner free memory (memory.policy plan)");
@@ -84,7 +84,7 @@ Partition fixedPartition(const OpGraph& graph, const Profile& profile, const Pla
 
 Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
                        const std::vector<int>* cuts) {
-  if (st.policy != "plan") {
+  if (st.policy != memory::MemoryPolicy::Plan) {
     // The split that is fastest without a budget; the fixed choices must then fit.
     std::vector<int> chosen;
     if (cuts) {

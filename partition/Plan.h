@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/OpGraph.h"
+#include "memory/MemoryPlan.h"
 #include "partition/BaselineCuts.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
@@ -52,7 +53,7 @@ struct PlanSettings {
   int dataParallel = 1;
   bool distAdam = false;           // optimizer state sharded over dataParallel (DistAdam, not its allreduce mode)
   int64_t distAdamBucketBytes = 25ll << 20;  // its buckets' cap (optimizer.dist_adam.bucket_mb)
-  std::string policy = "plan";     // plan | none | full_recompute
+  memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;  // plan | none | full_recompute
   bool swap = true;                // a swap tier is available (memory.swap_dir)
   int64_t swapWindowBytes = 0;     // the swap window: these bytes ...
   double swapWindowShare = 0.125;  // ... + this share of the budget (64 MiB without a budget)
@@ -86,7 +87,8 @@ struct TensorDecision {
 };
 
 struct Plan {
-  std::string graphHash, method, schedule, profileBlas, policy = "plan";
+  std::string graphHash, method, schedule, profileBlas;
+  memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;
   int64_t swapWindowBytes = 0;
   int microBatches = 1, microBatchSize = 0, dataParallel = 1, profileThreads = 0;
   int chunks = 1;  // stages per rank (interleaved): stages.size() = ranks x chunks, stage s on rank s % ranks

@@ -72,7 +72,7 @@ std::string Plan::toBytes() const {
   p.set_bubble_fraction(bubbleFraction);
   p.set_profile_blas(profileBlas);
   p.set_profile_threads(profileThreads);
-  p.set_policy(policy);
+  p.set_policy(choiceName(memory::memoryPolicies(), policy));
   p.set_swap_window_bytes(swapWindowBytes);
   p.set_schedule_comm_s(scheduleComm);
   for (int c : opLevelCuts) p.add_op_level_cuts(c);
@@ -149,7 +149,12 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.bubbleFraction = p.bubble_fraction();
   out.profileBlas = p.profile_blas();
   out.profileThreads = p.profile_threads();
-  out.policy = p.policy();
+  try {  // (a plan made before the field existed: plan)
+    out.policy = p.policy().empty() ? memory::MemoryPolicy::Plan
+                                     : parseChoice(memory::memoryPolicies(), p.policy(), "memory policy");
+  } catch (const ConfigError& e) {
+    throw PlanError("plan " + origin + ": " + e.what());
+  }
   out.swapWindowBytes = p.swap_window_bytes();
   out.scheduleComm = p.schedule_comm_s();
   out.opLevelCuts.assign(p.op_level_cuts().begin(), p.op_level_cuts().end());

@@ -106,8 +106,6 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   SLUICE_CHECK(profile.graphHash == graph.hash() && static_cast<int>(profile.nodes.size()) == graph.numNodes(),
                PlanError, "the profile was made for another graph (hash " << profile.graphHash << ", this config "
                                                                           << "captures " << graph.hash() << ")");
-  SLUICE_CHECK(st.policy == "plan" || st.policy == "none" || st.policy == "full_recompute", PlanError,
-               "partition: unknown memory policy '" << st.policy << "' (plan | none | full_recompute)");
   Problem p;
   const int n = graph.numNodes();
   for (auto& node : profile.nodes) {
@@ -151,11 +149,11 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
     p.stepRanks = st.dataParallel;
     p.stepBucketBytes = st.distAdamBucketBytes;
   }
-  if (st.policy != "plan") {
+  if (st.policy != memory::MemoryPolicy::Plan) {
     // Nothing is left for the partitioner to free: `none` keeps everything and
     // full_recompute's choices are fixed (fullRecomputeChoices).
     p.swapSecondsPerByte = 0;
-    if (st.policy == "none") {
+    if (st.policy == memory::MemoryPolicy::None) {
       for (auto& s : p.storages) s.lastParamWriter = n;
     }
   }

@@ -77,7 +77,7 @@ TEST(Config, FullRecomputeWorksWithEverySchedule) {
   for (const char* schedule : {"zb-h1", "interleaved", "interleaved-zb"}) {
     auto c = Config::fromYamlText(kValid, {std::string("pipeline.schedule=") + schedule, "pipeline.stages=2",
                                           "memory.policy=full_recompute"});
-    EXPECT_EQ(c.memory.policy, "full_recompute") << schedule;
+    EXPECT_EQ(c.memory.policy, memory::MemoryPolicy::FullRecompute) << schedule;
     EXPECT_EQ(c.pipeline.schedule, schedule);
   }
 }

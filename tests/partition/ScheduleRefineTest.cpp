@@ -29,7 +29,7 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
       const char* schedule = c / 2 == 0 ? "zb-h1" : c / 2 == 1 ? "interleaved" : "interleaved-zb";
       const int chunks = c / 2 == 0 ? 1 : 2;
       PlanSettings st;
-      st.policy = c % 2 ? "none" : "plan";
+      st.policy = c % 2 ? memory::MemoryPolicy::None : memory::MemoryPolicy::Plan;
       st.stages = 2;
       st.microBatches = 4;
       st.schedule = schedule;
