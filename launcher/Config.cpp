@@ -62,9 +62,6 @@ void rejectDuplicateKeys(const YAML::Node& map, const std::string& prefix) {
   }
 }
 
-// configKeys(): while set, every key a MapReader is asked for, by its full path.
-thread_local std::vector<std::string>* keysRead = nullptr;
-
 // Reads one YAML map; remembers which keys were read so finish() can reject the rest.
 class MapReader {
  public:
@@ -82,7 +79,7 @@ class MapReader {
 
   template <class T>
   void get(const std::string& key, T& out) {
-    know(key);
+    known_.insert(key);
     if (!node_ || node_.IsNull()) return;
     const YAML::Node& node = node_;  // const: the non-const operator[] inserts the key
     YAML::Node v = node[key];
@@ -108,7 +105,7 @@ class MapReader {
 
   // The raw node of a key (an invalid node when absent); marks the key as known.
   YAML::Node raw(const std::string& key) {
-    know(key);
+    known_.insert(key);
     if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
     const YAML::Node& node = node_;
     return node[key];
@@ -148,9 +145,6 @@ class MapReader {
   }
 
  private:
-  void know(const std::string& key) {
-    if (known_.insert(key).second && keysRead) keysRead->push_back(path_ + "." + key);
-  }
   YAML::Node node_;
   std::string path_;
   std::set<std::string> known_;
@@ -274,6 +268,27 @@ Config readKeys(const YAML::Node& root) {
   return c;
 }
 
+// Lists the keys visitKeys walks, by their full paths ("optimizer.dist_adam.mode").
+struct KeyLister {
+  std::vector<std::string>& out;
+  std::string prefix;
+  template <class T>
+  void key(const char* name, T&, bool /*shown*/ = true) {
+    out.push_back(prefix + name);
+  }
+  template <class T, class A, class B>
+  void choice(const char* name, T&, const A&, const B&) {
+    out.push_back(prefix + name);
+  }
+  template <class F>
+  void section(const char* name, F visit) {
+    KeyLister sub{out, prefix + name + "."};
+    visit(sub);
+  }
+  template <class F>
+  void derive(F) {}
+};
+
 // Writes the keys visitKeys lists (those `shown` for this model) to YAML.
 class KeyWriter {
  public:
@@ -364,14 +379,9 @@ const std::vector<Choice<ExecMode>>& executionChoices() {
 
 std::vector<std::string> configKeys() {
   std::vector<std::string> keys;
-  keysRead = &keys;
-  try {
-    readKeys(YAML::Node(YAML::NodeType::Map));
-  } catch (...) {
-    keysRead = nullptr;
-    throw;
-  }
-  keysRead = nullptr;
+  Config c;
+  KeyLister lister{keys, ""};
+  visitKeys(lister, c);
   return keys;
 }
 

@@ -75,11 +75,11 @@ std::vector<int64_t> weightGradPrefix(const OpGraph& graph, const Profile& profi
 // What the schedule holds per stage (in flight; under a split backward also
 // between Bi and W), Note [split backward holding] (CostModel.h).
 void setScheduleHoldings(Problem& p, const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
-  const auto* kind = pipeline::findScheduleKind(st.schedule);
-  if (!kind) {
-    std::string names;
-    for (auto& n : pipeline::scheduleNames()) names += (names.empty() ? "" : " | ") + n;
-    throw PlanError("partition: unknown schedule '" + st.schedule + "' (" + names + ")");
+  const pipeline::ScheduleKind* kind = nullptr;
+  try {
+    kind = &pipeline::scheduleKind(st.schedule);
+  } catch (const ScheduleError& e) {
+    throw PlanError(std::string("partition: ") + e.what());
   }
   p.gpipe = kind->holdsEveryMicroBatch;
   const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks);

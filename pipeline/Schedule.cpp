@@ -326,7 +326,7 @@ Schedule makeSchedule(const std::string& name, int stages, int microBatches, int
   SLUICE_CHECK(kind.interleaves || chunks == 1, ScheduleError,
                "schedule '" << name << "' runs one stage per rank; only the interleaved schedules take " << chunks
                             << " chunks");
-  return kind.build(stages, kind.interleaves ? chunks : 1, microBatches, kind.fitsStageTimes ? costs : nullptr);
+  return kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);
 }
 
 bool splitsBackward(const Schedule& schedule) {
