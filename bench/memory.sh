@@ -69,7 +69,7 @@ field() { cat "$tmp/$1"/logs/rank_*.log | { grep -o "$2=[0-9]*" || true; } | cut
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 why_not() {  # why_not NAME: why a plan or run failed
   grep -ho "needs [0-9.]* MiB\|the smallest budget that fits is [0-9.]* MiB\|out of memory\|does not fit" \
-    "$tmp/$1.plan.log" "$tmp/$1.log" 2>/dev/null | head -1 || true
+    "$tmp/$1.plan.log" "$tmp/$1.log" 2>/dev/null | sed -n 1p || true
 }
 predicted_step() { grep -o "predicted step time [0-9.]* ms" "$tmp/$1.plan.log" | awk '{ print $4 / 1000 }'; }
 
@@ -137,7 +137,7 @@ plan_level() {
 }
 for i in 0 1 2; do plan_level "$i"; done
 if [ "${fits[b.25.1f1b+full_recompute]}" != 1 ]; then
-  need=$(grep -ho "needs [0-9.]* MiB" "$tmp/b.25.1f1b+full_recompute.plan.log" | awk '{ print $2 }' | head -1 || true)
+  need=$(grep -ho "needs [0-9.]* MiB" "$tmp/b.25.1f1b+full_recompute.plan.log" | awk '{ print $2 }' | sed -n 1p || true)
   if [ -n "$need" ]; then
     levels[3]=$(awk -v n="$need" 'BEGIN { printf "%.2f", 1.04 * n }')
     pct[3]=$(awk -v b="${levels[3]}" -v l="${levels[2]}" -v h="${levels[0]}" 'BEGIN { printf "%.0f", 100 - 75 * (h - b) / (h - l) }')

@@ -28,14 +28,14 @@ shape=(--set job.device=cuda --set model.layers=12 --set model.embd=768 --set mo
        --set training.global_batch_size=8 --set training.steps="$steps" --set logging.interval="$steps"
        --set optimizer.schedule=constant --set optimizer.warmup_steps=0)
 echo "bench/precision_gpu: GPT 12 x 768, block 1024, 1 stage, global batch 8 (2 x 4), $rounds rounds of $steps steps"
-echo "  gpu: $("$PY" -c 'import torch; print(torch.cuda.get_device_name())'); $("$sluice" --version | head -1)"
+echo "  gpu: $("$PY" -c 'import torch; print(torch.cuda.get_device_name())'); $("$sluice" --version | sed -n 1p)"
 run() {  # precision round -> "step_time peak_bytes last_loss parameters"
   local out="$tmp/run_$1_$2"
   "$sluice" train "$root/configs/quickstart.yaml" "${shape[@]}" --set training.precision="$1" --set job.output_dir="$out" \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
   local peak params
   peak=$(grep -o '"peak_bytes": *\[[^]]*\]' "$out/metrics.jsonl" | tr '[],' '   ' | awk '$2 > m { m = $2 } END { print m + 0 }')
-  params=$(sed -n 's/.* \([0-9]*\) parameter tensors (\([0-9.]*\) \([KMG]\)iB).*/\2 \3/p' "$out/logs/rank_0.log" | head -1 |
+  params=$(sed -n 's/.* \([0-9]*\) parameter tensors (\([0-9.]*\) \([KMG]\)iB).*/\2 \3/p' "$out/logs/rank_0.log" | sed -n 1p |
     awk '{ f = $2 == "K" ? 1024 : $2 == "M" ? 1048576 : 1073741824; print $1 * f / 4 }')
   echo "$(median_step_time "$out/metrics.jsonl") $peak $(jfields loss "$out/metrics.jsonl" | tail -1 | awk '{print $2}') $params"
 }

@@ -149,7 +149,7 @@ timeout 300 "$SLUICE" train "$cfg" "${tiny[@]}" --set training.steps=20000 --set
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { tail -5 "$TMP/full.log"; fail "disk full during the run: exit $rc"; }
 grep -qE "writing (metrics|log) file $full/run/.* failed: No space left on device" "$TMP/full.log" ||
   { tail -5 "$TMP/full.log"; fail "disk full during the run: no message naming the file and the reason"; }
-echo "ok: disk full during the run (exit $rc): $(grep -oE "writing (metrics|log) file .* failed: No space left on device" "$TMP/full.log" | head -1)"
+echo "ok: disk full during the run (exit $rc): $(grep -oE "writing (metrics|log) file .* failed: No space left on device" "$TMP/full.log" | sed -n 1p)"
 rm -rf "$full/run"
 dd if=/dev/zero of="$full/filler2" bs=1k count=64 status=none 2>/dev/null || true
 rc=0
@@ -158,4 +158,4 @@ timeout 120 "$SLUICE" train "$cfg" "${tiny[@]}" --set training.steps=5 --set job
 [ "$rc" -ne 0 ] || fail "disk full at start-up: exit 0"
 grep -q "No space left on device" "$TMP/full_start.log" || { cat "$TMP/full_start.log"; fail "disk full at start-up: no reason"; }
 [ -z "$(find "$full" -name '*.tmp')" ] || fail "disk full: left $(find "$full" -name '*.tmp')"
-echo "ok: disk full at start-up (exit $rc): $(grep -o "[^:]*: No space left on device" "$TMP/full_start.log" | head -1)"
+echo "ok: disk full at start-up (exit $rc): $(grep -o "[^:]*: No space left on device" "$TMP/full_start.log" | sed -n 1p)"

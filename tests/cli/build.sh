@@ -16,7 +16,7 @@ grep -q '^LibTorch 2\.11' "$TMP/version" || fail "--version does not name LibTor
 grep -q '^CUDA: ' "$TMP/version" || fail "--version does not say whether CUDA is compiled in"
 if command -v nvcc >/dev/null; then
   grep -q '^CUDA: compiled in' "$TMP/version" || fail "the CUDA toolkit is here but CUDA is not compiled in"
-  readelf -d "$SLUICE" | grep -q 'libnccl\.so\.2' || fail "sluice does not link NCCL"
+  readelf -d "$SLUICE" | grep 'libnccl\.so\.2' >/dev/null || fail "sluice does not link NCCL"
   echo "ok: CUDA and NCCL compiled in and linked"
 fi
 expect_failure nccl_for_cpu_tensors "job.backend is nccl but job.device is cpu" "$TMP/nccl" -- \

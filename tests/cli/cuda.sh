@@ -47,9 +47,9 @@ train fp16_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --s
 compare_losses "$TMP/fp16_one" "$TMP/fp16_two" 10 0
 compare_losses "$TMP/fp16_one" "$TMP/fp16_zb" 10 0
 compare_losses "$TMP/fp16_one" "$TMP/fp16_two_by_two" 10 5e-5
-[ "$(losses "$TMP/f32_one/metrics.jsonl" | head -1)" != "$(losses "$TMP/fp16_one/metrics.jsonl" | head -1)" ] ||
+[ "$(losses "$TMP/f32_one/metrics.jsonl" | sed -n 1p)" != "$(losses "$TMP/fp16_one/metrics.jsonl" | sed -n 1p)" ] ||
   fail "fp16 gives the float32 loss at step 0: no matrix product ran in float16"
-[ "$(field fp16_one loss_scale | head -1)" = 65536 ] || fail "fp16_one's first loss_scale is $(field fp16_one loss_scale | head -1), not 65536"
+[ "$(field fp16_one loss_scale | sed -n 1p)" = 65536 ] || fail "fp16_one's first loss_scale is $(field fp16_one loss_scale | sed -n 1p), not 65536"
 
 # An overflow at step 3, on the last stage's rank; the window of 2 doubles the scale after 2 good steps.
 scaled=("${fp16[@]}" --set training.nan_policy=abort --set training.loss_scale=1024 --set training.loss_scale_window=2)

@@ -59,7 +59,7 @@ grep -qE "sluice: the job failed: rank 1: timed out after 3 s waiting for recv f
 took=$(( $(ended hang) - $(at hang "this rank stops answering") ))
 [ "$took" -le 13 ] || fail "hang: named after $took s (timeout 3 s)"
 no_rank_left hang
-echo "ok: a stuck rank 0 is named within $took s: $(grep -o 'timed out after.*recv_act)' "$TMP/hang.log" | head -1)"
+echo "ok: a stuck rank 0 is named within $took s: $(grep -o 'timed out after.*recv_act)' "$TMP/hang.log" | sed -n 1p)"
 
 # training.nan_policy: skip drops the step on every rank and counts it; abort stops with the parameter's name.
 SLUICE_FAULT=nan:rank=0:step=3 run nan_skip --set training.nan_policy=skip || { cat "$TMP/nan_skip.log"; fail "nan skip: failed"; }
@@ -100,7 +100,7 @@ check_profile_fault() {  # NAME EXIT MESSAGE_REGEX
   ! grep -qE "ORTE_ERROR_LOG|MPI_ABORT was invoked|show_help" "$TMP/$1.log" || fail "$1: Open MPI noise printed"
   [ ! -e "$TMP/$1.pb" ] || fail "$1: wrote a profile"
   ! pgrep -f "job.output_dir=$TMP/$1( |$)" >/dev/null || fail "$1: ranks still running"
-  echo "ok: $1: $(grep -oE "$3" "$TMP/$1.log" | head -1)"
+  echo "ok: $1: $(grep -oE "$3" "$TMP/$1.log" | sed -n 1p)"
 }
 rc=0
 SLUICE_FAULT=throw_in_profile:rank=1 profile_run profile_throw profile || rc=$?

@@ -47,7 +47,7 @@ paste <(jfields 'loss\|eval_loss\|eval_accuracy' "$TMP/keep/metrics.jsonl") \
 echo "ok: interleaved (2 x 2 stages): 20 losses and 2 evaluations equal to 2 stages"
 
 train dp "${run[@]}" --set pipeline.data_parallel=2 --set optimizer.name=dist_adam --set pipeline.microbatches=2
-eval_line dp | grep -q '"eval_samples": *512}' || { eval_line dp; fail "2 replicas did not evaluate all 512 samples"; }
+eval_line dp | grep '"eval_samples": *512}' >/dev/null || { eval_line dp; fail "2 replicas did not evaluate all 512 samples"; }
 echo "ok: 2 stages x 2 replicas: $(eval_line dp | tail -1)"
 
 mkdir -p "$TMP/empty"

@@ -1,6 +1,10 @@
 # Helpers for the CLI tests (sourced). Usage in a test: source lib.sh; then
 # SLUICE, ROOT and TMP are set and TMP is removed on exit.
 set -euo pipefail
+# With pipefail, a reader that stops early (head -1, grep -q) can kill its
+# writer with SIGPIPE and fail the pipeline, and set -e then ends the test
+# silently. Take a first line with sed -n 1p and test a match with
+# grep >/dev/null: both read all their input.
 SLUICE=$1
 ROOT=$2
 TMP=$(mktemp -d)
@@ -45,5 +49,5 @@ expect_failure() {
   [ "$rc" -ne 0 ] || fail "$name: exited 0"
   grep -qF -- "$text" "$log" || { cat "$log" >&2; fail "$name: message lacks '$text'"; }
   [ ! -e "$outdir" ] || fail "$name: wrote $outdir"
-  echo "ok: $name (exit $rc): $(grep -F -- "$text" "$log" | head -1)"
+  echo "ok: $name (exit $rc): $(grep -F -- "$text" "$log" | sed -n 1p)"
 }

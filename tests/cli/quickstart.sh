@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
     if [[ $line == *"step 50/"* ]]; then pkill -USR2 -f "sluice train $ROOT/configs/quickstart.yaml --set job.output_dir=$TMP/q"; fi
   done
 [ "${PIPESTATUS[0]}" -eq 0 ] || fail "quickstart failed"
-first=$(losses "$TMP/q/metrics.jsonl" | head -1)
+first=$(losses "$TMP/q/metrics.jsonl" | sed -n 1p)
 last=$(losses "$TMP/q/metrics.jsonl" | tail -1)
 steps=$(losses "$TMP/q/metrics.jsonl" | wc -l)
 echo "quickstart: $steps steps, loss $first -> $last"

@@ -70,9 +70,9 @@ sent() { sed -n 's/.*traffic per step: sent \([0-9.]*\) \([KMG]*i*B\),.*/\1 \2/p
 awk -v wire="$(sent bf16_wire)" -v graph="$(sent bf16_zb)" 'BEGIN {
   r = wire / graph; printf "boundary_dtype compute: rank 0 sends %.0f B per step, graph dtype %.0f B (%.3fx)\n", wire, graph, r
   exit !(graph > 0 && r > 0.45 && r < 0.55) }' || fail "boundary_dtype compute did not halve the bytes rank 0 sends"
-[ "$(losses "$TMP/one/metrics.jsonl" | head -1)" != "$(losses "$TMP/bf16_one/metrics.jsonl" | head -1)" ] ||
+[ "$(losses "$TMP/one/metrics.jsonl" | sed -n 1p)" != "$(losses "$TMP/bf16_one/metrics.jsonl" | sed -n 1p)" ] ||
   fail "bf16 gives the float32 loss at step 0: no matrix product ran in bfloat16"
-nodes() { sed -n 's/.*graph  *\([0-9]*\) nodes.*/\1/p' "$TMP/$1/logs/rank_0.log" | head -1; }
+nodes() { sed -n 's/.*graph  *\([0-9]*\) nodes.*/\1/p' "$TMP/$1/logs/rank_0.log" | sed -n 1p; }
 [ "$(nodes bf16_one)" -gt "$(nodes one)" ] || fail "the bf16 graph ($(nodes bf16_one) nodes) has no casts beyond float32's ($(nodes one))"
 compare_losses "$TMP/clip_one" "$TMP/clip_zb" 10 0
 diff <(jfields grad_norm "$TMP/clip_one/metrics.jsonl") <(jfields grad_norm "$TMP/clip_zb/metrics.jsonl") ||
@@ -86,13 +86,13 @@ compare_losses "$TMP/one" "$TMP/three" 10 0
 compare_losses "$TMP/one" "$TMP/two_by_two" 10 1e-6
 compare_losses "$TMP/one" "$TMP/zb" 10 0
 compare_losses "$TMP/one" "$TMP/zb_two_by_two" 10 1e-6
-[ "$(losses "$TMP/one/metrics.jsonl" | head -1)" != "$(losses "$TMP/no_dropout/metrics.jsonl" | head -1)" ] ||
+[ "$(losses "$TMP/one/metrics.jsonl" | sed -n 1p)" != "$(losses "$TMP/no_dropout/metrics.jsonl" | sed -n 1p)" ] ||
   fail "dropout 0.1 and dropout 0 give the same first loss: the masks are not applied"
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
 # zb-h1's last stage also holds the output gradients its deferred W re-enters
 # nodes with: the predicted peak (an upper bound) must cover the measured one.
 read -r measured predicted < <(sed -n 's/.*stage 1 measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2/p' \
-  "$TMP/zb/logs/rank_1.log" | head -1)
+  "$TMP/zb/logs/rank_1.log" | sed -n 1p)
 [ -n "$predicted" ] && [ "$measured" -le "$predicted" ] ||
   fail "zb-h1 stage 1 measured peak $measured bytes above the predicted $predicted"
 compare_losses "$TMP/one" "$TMP/inter" 10 0
