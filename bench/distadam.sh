@@ -10,10 +10,7 @@
 # (tests/cluster/lib.sh: network namespaces on a bridge, veth links), so every
 # reduction crosses a link over TCP: Sluice through `sluice launch` with a
 # hostfile, PyTorch with one process per host (Gloo over eth0).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 bash "$root/scripts/setup.sh" >/dev/null
 steps=${1:-15}
 layers=4 embd=192 heads=6 block=128 mbs=4 m=4

@@ -1,4 +1,9 @@
-# Shared by the benchmarks (sourced after setting $root): $sluice, built when missing.
+# Shared by the benchmarks, sourced first: source "$(dirname "$0")/lib.sh".
+# Sets strict mode, $root (the checkout), the environment (scripts/env.sh) and
+# $sluice, built when missing.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/scripts/env.sh"
 sluice="${SLUICE_BIN:-$root/build/launcher/sluice}"  # SLUICE_BIN: another build (scripts/gpu/check.sh)
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 

@@ -27,10 +27,7 @@
 #     asserted: a benchmark reports).
 #   usage: bench/memory.sh [STEPS] [ROUNDS] [PARTS]   (defaults 8, 5 and ab: both
 #   parts; a or b runs one)
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 steps=${1:-8}
 rounds=${2:-5}
 parts=${3:-ab}

@@ -25,10 +25,7 @@
 # 5,000-node chain into 8 stages.
 # Asserts nothing.   usage: bench/partition.sh [ROUNDS] [STEPS]   (default 5 rounds of 20 steps)
 #   BENCH_MODELS="one_block odd_layers" picks models (default all four).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 [ -x "$root/build/tests/sluice_tests" ] || bash "$root/scripts/build.sh" sluice sluice_tests
 rounds=${1:-5}
 steps=${2:-20}

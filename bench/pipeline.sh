@@ -4,10 +4,7 @@
 #   and compiled vs node-by-node (eager) execution on 1 rank x 1 thread.
 # Prints a table with ratios to the baseline measured in this run. Asserts nothing.
 #   usage: bench/pipeline.sh [STEPS]   (default 20; the first 3 steps are warm-up)
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 steps=${1:-20}
 m=8
 tmp=$(mktemp -d)

@@ -10,10 +10,7 @@
 # (without avx512_bf16 / amx_bf16 the bfloat16 matrix products are converted
 # to float32 and are not faster). Asserts nothing.
 #   usage: bench/precision.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 rounds=${1:-5}
 steps=${2:-15}
 tmp=$(mktemp -d)

@@ -11,9 +11,7 @@
 # step. Float32 matrix products run as float32 (LibTorch's default: no TF32).
 # Asserts nothing.
 #   usage: bench/precision_gpu.sh [ROUNDS] [STEPS]   (default 2 rounds of 12 steps; medians after 3 warm-up steps)
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 PY=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
 rounds=${1:-2}
 steps=${2:-12}

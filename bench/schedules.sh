@@ -16,10 +16,7 @@
 # heap kept and to 1F1B at the same micro-batch count. Asserts nothing.
 #   usage: bench/schedules.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
 #   BENCH_CONFIGS="1f1b 4;interleaved-zb 4" picks configurations ("SCHEDULE M [unit]").
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/scripts/env.sh"
-source "$root/bench/lib.sh"
+source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 rounds=${1:-5}
 steps=${2:-15}
 py=$SLUICE_PYTHON  # torch 2.11, the PyTorch side (scripts/setup.sh)
