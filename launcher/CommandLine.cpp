@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/Error.h"
+#include "partition/PartitionMethod.h"
 
 namespace sluice {
 namespace {
@@ -52,7 +53,7 @@ struct Parser {
     partition->add_option("-o", args.output, "the plan file to write (required)");
     partition->add_option("--budget-mb", args.budgetMb, "memory per stage in MiB (default: memory.budget_mb)");
     partition->add_option("--method", args.method,
-                          "profile | uniform | parameters | layers (default: pipeline.partition.method)");
+                          choiceNames(partition::partitionMethods()) + " (default: pipeline.partition.method)");
     auto* exporter = command("export", "a TorchScript model (model.name: torchscript) with the weights of a "
                                        "checkpoint, loadable by torch.jit.load");
     withConfig(exporter);

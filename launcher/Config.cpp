@@ -377,6 +377,30 @@ const std::vector<Choice<ExecMode>>& executionChoices() {
   return t;
 }
 
+const std::vector<Choice<ModelKind>>& modelChoices() {
+  static const std::vector<Choice<ModelKind>> t = {
+      {ModelKind::Gpt, "gpt", "GPT-2 style transformer (models/Gpt.h)"},
+      {ModelKind::Llama, "llama", "Llama style transformer: RMSNorm, RoPE, SwiGLU, grouped-query attention"},
+      {ModelKind::Mlp, "mlp", "an MLP classifier on synthetic vectors"},
+      {ModelKind::Cnn, "cnn", "conv-BN-ReLU-pool blocks on Fashion-MNIST images"},
+      {ModelKind::TorchScript, "torchscript", "a module saved by torch.jit.trace or torch.jit.script"}};
+  return t;
+}
+
+bool isLanguageModel(ModelKind kind) { return kind == ModelKind::Gpt || kind == ModelKind::Llama; }
+const char* modelName(ModelKind kind) { return choiceName(modelChoices(), kind); }
+
+const std::vector<Choice<DataKind>>& dataChoices() {
+  static const std::vector<Choice<DataKind>> t = {
+      {DataKind::Text, "text", "byte-level windows of the files under data.path"},
+      {DataKind::Synthetic, "synthetic", "random vectors and labels (model.name mlp)"},
+      {DataKind::FashionMnist, "fashion_mnist", "Fashion-MNIST images and labels"},
+      {DataKind::Tokens, "tokens", "windows of a pre-tokenized file of ids"}};
+  return t;
+}
+
+const char* dataName(DataKind kind) { return choiceName(dataChoices(), kind); }
+
 std::vector<std::string> configKeys() {
   std::vector<std::string> keys;
   Config c;

@@ -22,6 +22,8 @@
 #include "core/StageModule.h"
 #include "core/TransferGuard.h"
 #include "memory/MemoryPlan.h"
+#include "optim/OptimizerChoices.h"
+#include "partition/PartitionMethod.h"
 
 namespace sluice {
 
@@ -34,6 +36,20 @@ const std::vector<Choice<Precision>>& precisionChoices();          // fp32 | bf1
 const std::vector<Choice<NanPolicy>>& nanPolicyChoices();          // abort | skip
 const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices();  // graph | compute
 const std::vector<Choice<ExecMode>>& executionChoices();           // eager | compiled
+
+// model.name; each kind's builder is a row of launcher/ModelSetup.cpp's table.
+enum class ModelKind { Gpt, Llama, Mlp, Cnn, TorchScript };
+const std::vector<Choice<ModelKind>>& modelChoices();  // gpt | llama | mlp | cnn | torchscript
+// gpt and llama: windows of token ids in, next-token logits out (the
+// model.vocab_size ... keys; data text or tokens).
+bool isLanguageModel(ModelKind kind);
+const char* modelName(ModelKind kind);
+
+// data.name: text (byte-level windows of files under data.path) | synthetic |
+// fashion_mnist | tokens (a pre-tokenized file of ids, data/TokenFile.h)
+enum class DataKind { Text, Synthetic, FashionMnist, Tokens };
+const std::vector<Choice<DataKind>>& dataChoices();
+const char* dataName(DataKind kind);
 
 struct JobConfig {
   std::string name = "sluice";      // shown in logs
@@ -57,7 +73,7 @@ struct InputSpec {
 };
 
 struct ModelConfig {
-  std::string name = "gpt";  // gpt | llama | mlp | cnn | torchscript
+  ModelKind kind = ModelKind::Gpt;  // model.name
   // gpt and llama
   int64_t vocabSize = 256;   // byte-level text: 256
   int64_t blockSize = 64;    // sequence length of training windows
@@ -86,9 +102,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  // text (byte-level windows of files under path) | synthetic | fashion_mnist
-  // | tokens (a pre-tokenized file of ids at path, data/TokenFile.h)
-  std::string name = "text";
+  DataKind kind = DataKind::Text;  // data.name
   // text: a file or folder (default /usr/share/games/fortunes); fashion_mnist:
   // the folder of the IDX files (default /usr/share/datasets/fashion-mnist)
   std::string path;
@@ -153,7 +167,8 @@ struct PipelineConfig {
   int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
   std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method
   std::string plan;                // pipeline.plan: a plan file from `sluice partition` (wins over partition.method)
-  std::string partitionMethod = "profile";  // pipeline.partition.method: profile | uniform | parameters | layers
+  // pipeline.partition.method: profile | uniform | parameters | layers
+  partition::PartitionMethod partitionMethod = partition::PartitionMethod::Profile;
   // pipeline.partition.min_op_level_gain: the profile method cuts inside a
   // layer only when that is predicted at least this much faster (a share of
   // the step) than its best cuts on layer boundaries; 0: always op-level.
@@ -169,8 +184,9 @@ struct PipelineConfig {
 };
 
 struct OptimizerConfig {
-  std::string name = "adamw";         // adamw | dist_adam (sharded over pipeline.data_parallel)
-  std::string distAdamMode = "after_backward";  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
+  optim::OptimizerKind name = optim::OptimizerKind::AdamW;  // adamw | dist_adam (sharded over pipeline.data_parallel)
+  // optimizer.dist_adam.mode: hooks | after_backward | allreduce
+  optim::DistAdamMode distAdamMode = optim::DistAdamMode::AfterBackward;
   double distAdamBucketMb = 25;  // optimizer.dist_adam.bucket_mb: gradient bytes per reduce-scatter bucket (DDP's 25)
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -181,7 +197,7 @@ struct OptimizerConfig {
   // before the update, norm the global L2 norm over every parameter of every
   // stage and replica (each element once; optim/GradClip.h); 0 = off.
   double clipGradNorm = 0;
-  std::string schedule = "constant";  // constant | cosine
+  optim::LrScheduleKind schedule = optim::LrScheduleKind::Constant;  // constant | cosine
   int64_t warmupSteps = 0;
   double minLr = 0.0;                 // floor of the cosine schedule
 };

@@ -50,19 +50,19 @@ void jobKeys(S& s, Config& c) {
 template <class S>
 void modelKeys(S& s, Config& c) {
   auto& m = c.model;
-  s.key("name", m.name);
-  const bool gptLike = m.name == "gpt" || m.name == "llama", cnn = m.name == "cnn";
-  const bool torchscript = m.name == "torchscript", mlp = !gptLike && !cnn && !torchscript;
+  s.choice("name", m.kind, modelChoices(), "model");
+  const bool gptLike = isLanguageModel(m.kind), cnn = m.kind == ModelKind::Cnn, llama = m.kind == ModelKind::Llama;
+  const bool torchscript = m.kind == ModelKind::TorchScript, mlp = m.kind == ModelKind::Mlp;
   s.key("vocab_size", m.vocabSize, gptLike);
   s.key("block_size", m.blockSize, gptLike);
   s.key("layers", m.layers, gptLike);
   s.key("heads", m.heads, gptLike);
   s.key("embd", m.embd, gptLike);
   s.key("dropout", m.dropout, gptLike);
-  s.derive([&] { m.tieEmbeddings = m.name == "llama"; });
+  s.derive([&] { m.tieEmbeddings = llama; });
   s.key("tie_embeddings", m.tieEmbeddings, gptLike);
-  s.key("kv_heads", m.kvHeads, m.name == "llama");
-  s.key("ffn_hidden", m.ffnHidden, m.name == "llama");
+  s.key("kv_heads", m.kvHeads, llama);
+  s.key("ffn_hidden", m.ffnHidden, llama);
   s.key("input_dim", m.inputDim, mlp);
   s.key("hidden", m.hidden, mlp);
   s.key("mlp_layers", m.mlpLayers, mlp);
@@ -76,7 +76,7 @@ void modelKeys(S& s, Config& c) {
 
 template <class S>
 void dataKeys(S& s, Config& c) {
-  s.key("name", c.data.name);
+  s.choice("name", c.data.kind, dataChoices(), "data");
   s.key("path", c.data.path);
   s.key("eval_split", c.data.evalSplit);
   s.key("eval_path", c.data.evalPath);
@@ -111,7 +111,7 @@ void pipelineKeys(S& s, Config& c) {
   s.choice("boundary_dtype", p.boundaryDtype, boundaryDtypeChoices(), "boundary dtype");
   s.key("plan", p.plan);
   s.section("partition", [&](auto& sub) {
-    sub.key("method", p.partitionMethod);
+    sub.choice("method", p.partitionMethod, partition::partitionMethods(), "partition method");
     sub.key("min_op_level_gain", p.minOpLevelGain);
   });
 }
@@ -130,18 +130,18 @@ void memoryKeys(S& s, Config& c) {
 template <class S>
 void optimizerKeys(S& s, Config& c) {
   auto& o = c.optimizer;
-  s.key("name", o.name);
+  s.choice("name", o.name, optim::optimizerKinds(), "optimizer");
   s.key("lr", o.lr);
   s.key("beta1", o.beta1);
   s.key("beta2", o.beta2);
   s.key("eps", o.eps);
   s.key("weight_decay", o.weightDecay);
   s.key("clip_grad_norm", o.clipGradNorm);
-  s.key("schedule", o.schedule);
+  s.choice("schedule", o.schedule, optim::lrScheduleKinds(), "learning-rate schedule");
   s.key("warmup_steps", o.warmupSteps);
   s.key("min_lr", o.minLr);
   s.section("dist_adam", [&](auto& sub) {
-    sub.key("mode", o.distAdamMode);
+    sub.choice("mode", o.distAdamMode, optim::distAdamModes(), "DistAdam mode");
     sub.key("bucket_mb", o.distAdamBucketMb);
   });
 }

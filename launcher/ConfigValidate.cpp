@@ -58,12 +58,12 @@ void validateTorchScript(const Config& c) {
   };
   for (size_t i = 0; i < m.inputs.size(); ++i) checkSpec(m.inputs[i], "model.inputs[" + std::to_string(i) + "]");
   checkSpec(m.targets, "model.targets");
-  require(c.data.name == "text" || c.data.name == "fashion_mnist",
+  require(c.data.kind == DataKind::Text || c.data.kind == DataKind::FashionMnist,
           "model.name=torchscript reads data.name text (byte windows) or fashion_mnist (images); got data.name=" +
-              c.data.name);
-  require(m.inputs.size() == 1, "model.inputs: data." + c.data.name + " gives each sample one input, so forward must "
+              std::string(dataName(c.data.kind)));
+  require(m.inputs.size() == 1, "model.inputs: data." + std::string(dataName(c.data.kind)) + " gives each sample one input, so forward must "
                                 "take one argument besides the targets; got " + std::to_string(m.inputs.size()));
-  if (c.data.name == "text") {
+  if (c.data.kind == DataKind::Text) {
     const auto& in0 = m.inputs[0];
     require(in0.shape.size() == 1 && in0.dtype == "int64",
             "model.inputs[0] (" + in0.name + "): data.name=text gives windows of byte tokens, so the input must be "
@@ -85,9 +85,9 @@ void validateTorchScript(const Config& c) {
 // data.name: tokens. The files are opened now (every id read once), so a
 // wrong dtype, header or vocabulary fails before any rank starts.
 void validateTokens(const Config& c) {
-  require(in(c.model.name, {"gpt", "llama"}),
+  require(isLanguageModel(c.model.kind),
           "data.name=tokens gives windows of token ids for a language model: use model.name gpt or llama, got " +
-              c.model.name);
+              std::string(modelName(c.model.kind)));
   require(in(c.data.tokenDtype, {"uint16", "uint32"}),
           "data.token_dtype must be uint16 or uint32, got '" + c.data.tokenDtype + "'");
   require(c.training.evalInterval == 0 || !c.data.evalPath.empty(),
@@ -128,30 +128,27 @@ void validateJob(Config& c) {
 
 void validateModel(Config& c) {
   auto& m = c.model;
-  require(in(m.name, {"gpt", "llama", "mlp", "torchscript", "cnn"}),
-          "model.name must be gpt, llama, mlp, torchscript or cnn, got '" + m.name + "'");
-  require(m.name == "gpt" || m.name == "llama" || !m.tieEmbeddings,
+  require(isLanguageModel(m.kind) || !m.tieEmbeddings,
           "model.tie_embeddings is for model.name gpt or llama (a TorchScript model ties its own weights)");
-  require(m.name == "llama" || (m.kvHeads == 0 && m.ffnHidden == 0),
-          "model.kv_heads and model.ffn_hidden are for model.name llama, got model.name " + m.name);
-  require(in(c.data.name, {"text", "synthetic", "fashion_mnist", "tokens"}),
-          "data.name must be text, synthetic, fashion_mnist or tokens, got '" + c.data.name + "'");
-  require(c.data.name != "tokens" || !c.data.path.empty(),
+  require(m.kind == ModelKind::Llama || (m.kvHeads == 0 && m.ffnHidden == 0),
+          "model.kv_heads and model.ffn_hidden are for model.name llama, got model.name " +
+              std::string(modelName(m.kind)));
+  require(c.data.kind != DataKind::Tokens || !c.data.path.empty(),
           "data.name=tokens needs data.path: a file of token ids (scripts/tokenize.py writes one)");
   if (c.data.path.empty()) {
-    c.data.path = c.data.name == "fashion_mnist" ? "/usr/share/datasets/fashion-mnist" : "/usr/share/games/fortunes";
+    c.data.path = c.data.kind == DataKind::FashionMnist ? "/usr/share/datasets/fashion-mnist" : "/usr/share/games/fortunes";
   }
-  if (m.name == "torchscript") {
+  if (m.kind == ModelKind::TorchScript) {
     validateTorchScript(c);
-  } else if (m.name == "cnn") {
+  } else if (m.kind == ModelKind::Cnn) {
     require(!m.channels.empty() && m.channels.size() <= 4,
             "model.channels must list 1 to 4 block widths (each block halves the 28x28 image), got " +
                 std::to_string(m.channels.size()));
     for (auto ch : m.channels) require(ch >= 1, "model.channels: every width must be >= 1");
     require(m.classes >= 1, "model.classes must be >= 1");
-    require(c.data.name == "fashion_mnist", "model.name=cnn needs data.name=fashion_mnist (images)");
+    require(c.data.kind == DataKind::FashionMnist, "model.name=cnn needs data.name=fashion_mnist (images)");
     require(m.classes == 10, "model.classes must be 10 for fashion_mnist, got " + std::to_string(m.classes));
-  } else if (m.name == "gpt" || m.name == "llama") {
+  } else if (isLanguageModel(m.kind)) {
     for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
                           {"model.block_size", m.blockSize}, {"model.layers", m.layers},
                           {"model.heads", m.heads}, {"model.embd", m.embd}}) {
@@ -161,7 +158,7 @@ void validateModel(Config& c) {
                                        std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
                                        std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
     require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), got " + std::to_string(m.dropout));
-    if (m.name == "llama") {
+    if (m.kind == ModelKind::Llama) {
       const int64_t kv = m.kvHeads == 0 ? m.heads : m.kvHeads;
       require(m.kvHeads >= 0, "model.kv_heads must be >= 1 (0 = model.heads), got " + std::to_string(m.kvHeads));
       require(m.heads % kv == 0, "model.kv_heads (" + std::to_string(kv) + ") must divide model.heads (" +
@@ -172,7 +169,7 @@ void validateModel(Config& c) {
                                                ") must be even: rotary embeddings rotate pairs of dimensions");
       require(m.ffnHidden >= 0, "model.ffn_hidden must be >= 0 (0 = 2/3 x 4 x embd), got " + std::to_string(m.ffnHidden));
     }
-    if (c.data.name == "text") {
+    if (c.data.kind == DataKind::Text) {
       require(m.vocabSize >= 256, "model.vocab_size must be >= 256 for byte-level text data, got " +
                                       std::to_string(m.vocabSize));
     }
@@ -181,7 +178,7 @@ void validateModel(Config& c) {
                           {"model.mlp_layers", m.mlpLayers}, {"model.classes", m.classes}}) {
       require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
     }
-    require(c.data.name == "synthetic", "model.name=mlp needs data.name=synthetic (text data is for gpt)");
+    require(c.data.kind == DataKind::Synthetic, "model.name=mlp needs data.name=synthetic (text data is for gpt)");
     // Its graph is small and known: per hidden layer t, addmm, gelu; the head
     // t, addmm; every boundary between them a valid cut. More pieces than
     // ops cannot be cut: say so now, not after starting that many ranks.
@@ -198,8 +195,8 @@ void validateModel(Config& c) {
 
 void validateData(Config& c) {
   auto& m = c.model;
-  if (c.data.name == "fashion_mnist") {
-    require(m.name == "cnn" || m.name == "torchscript",
+  if (c.data.kind == DataKind::FashionMnist) {
+    require(m.kind == ModelKind::Cnn || m.kind == ModelKind::TorchScript,
             "data.name=fashion_mnist gives [1, 28, 28] images: use model.name cnn or torchscript");
     // The evaluation split only when evaluation is on (training.eval_interval > 0).
     std::vector<std::string> splits{"train"};
@@ -215,14 +212,15 @@ void validateData(Config& c) {
   require(in(c.data.evalSplit, {"test", "train"}), "data.eval_split must be test or train, got '" + c.data.evalSplit + "'");
   require(c.training.evalInterval >= 0, "training.eval_interval must be >= 0 (0 = no evaluation)");
   require(c.training.evalSamples >= 0, "training.eval_samples must be >= 0 (0 = the whole split)");
-  require(c.training.evalInterval == 0 || c.data.name == "fashion_mnist" || c.data.name == "tokens",
+  const std::string data = dataName(c.data.kind);
+  require(c.training.evalInterval == 0 || c.data.kind == DataKind::FashionMnist || c.data.kind == DataKind::Tokens,
           "training.eval_interval needs a dataset with a held-out split (data.name=fashion_mnist, or tokens with "
-          "data.eval_path); data.name=" + c.data.name + " has none");
-  if (c.data.name == "tokens") validateTokens(c);
-  require(c.data.evalPath.empty() || c.data.name == "tokens",
-          "data.eval_path is for data.name=tokens (a second token file); data.name=" + c.data.name +
+          "data.eval_path); data.name=" + data + " has none");
+  if (c.data.kind == DataKind::Tokens) validateTokens(c);
+  require(c.data.evalPath.empty() || c.data.kind == DataKind::Tokens,
+          "data.eval_path is for data.name=tokens (a second token file); data.name=" + data +
               " evaluates on data.eval_split");
-  if (c.data.name == "text") {
+  if (c.data.kind == DataKind::Text) {
     require(std::filesystem::exists(c.data.path),
             "data.path '" + c.data.path + "' does not exist (install the 'fortunes' package or name a text file or folder)");
   }
@@ -321,17 +319,14 @@ void validateChunksAndCuts(Config& c) {
 void validateOptimizer(Config& c) {
   auto& p = c.pipeline;
   auto& o = c.optimizer;
-  require(in(o.name, {"adamw", "dist_adam"}), "optimizer.name must be adamw or dist_adam, got '" + o.name + "'");
-  require(in(o.distAdamMode, {"hooks", "after_backward", "allreduce"}),
-          "optimizer.dist_adam.mode must be hooks, after_backward or allreduce, got '" + o.distAdamMode + "'");
   require(o.distAdamBucketMb <= kMaxMib, "optimizer.dist_adam.bucket_mb must be at most " + std::to_string(kMaxMib) +
                                             " (MiB), got " + shortNumber(o.distAdamBucketMb));
   require(o.distAdamBucketMb * 1048576.0 >= 4, "optimizer.dist_adam.bucket_mb must be > 0 (MiB of gradients per "
           "reduce-scatter), got " + std::to_string(o.distAdamBucketMb));
-  require(p.dataParallel == 1 || o.name == "dist_adam",
+  require(p.dataParallel == 1 || o.name == optim::OptimizerKind::DistAdam,
           "pipeline.data_parallel = " + std::to_string(p.dataParallel) +
-              " needs optimizer.name = dist_adam (its mode allreduce gives plain data-parallel AdamW); got '" + o.name +
-              "'");
+              " needs optimizer.name = dist_adam (its mode allreduce gives plain data-parallel AdamW); got '" +
+              choiceName(optim::optimizerKinds(), o.name) + "'");
   require(o.lr > 0, "optimizer.lr must be > 0, got " + std::to_string(o.lr));
   require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1 must be in [0, 1), got " + std::to_string(o.beta1));
   require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2 must be in [0, 1), got " + std::to_string(o.beta2));
@@ -340,15 +335,12 @@ void validateOptimizer(Config& c) {
   require(o.clipGradNorm >= 0 && std::isfinite(o.clipGradNorm),
           "optimizer.clip_grad_norm must be >= 0 (the largest global gradient norm; 0 = no clipping), got " +
               shortNumber(o.clipGradNorm));
-  require(in(o.schedule, {"constant", "cosine"}), "optimizer.schedule must be constant or cosine, got '" + o.schedule + "'");
   require(o.warmupSteps >= 0, "optimizer.warmup_steps must be >= 0, got " + std::to_string(o.warmupSteps));
   require(o.minLr >= 0 && o.minLr <= o.lr, "optimizer.min_lr must be in [0, optimizer.lr], got " + std::to_string(o.minLr));
 }
 
 void validatePlanAndMemory(Config& c) {
   auto& p = c.pipeline;
-  require(in(p.partitionMethod, {"profile", "uniform", "parameters", "layers"}),
-          "pipeline.partition.method must be profile, uniform, parameters or layers, got '" + p.partitionMethod + "'");
   require(p.minOpLevelGain >= 0 && p.minOpLevelGain < 1,
           "pipeline.partition.min_op_level_gain must be in [0, 1) (a share of the step time; 0: always cut between "
           "ops), got " + std::to_string(p.minOpLevelGain));
@@ -368,7 +360,6 @@ void validatePlanAndMemory(Config& c) {
 }
 
 void validateRunSettings(Config& c) {
-  auto& t = c.training;
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
   auto& ck = c.checkpoint;
   require(ck.interval >= 0, "checkpoint.interval must be >= 0 (0 = off), got " + std::to_string(ck.interval));

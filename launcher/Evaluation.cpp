@@ -41,7 +41,7 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
-  if (config.data.name == "tokens") {
+  if (config.data.kind == DataKind::Tokens) {
     auto tokens = std::make_unique<data::TokenFile>(config.data.evalPath, config.data.tokenDtype,
                                                     config.model.blockSize, config.model.vocabSize, config.job.seed);
     samples_ = tokens->windows();

@@ -53,11 +53,11 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     double bytes;
   };
   std::vector<Part> parts;
-  if (m.name == "torchscript") {
+  if (m.kind == ModelKind::TorchScript) {
     std::error_code ec;
     const double file = static_cast<double>(std::filesystem::file_size(m.path, ec));
     parts.push_back({"parameters, gradients and Adam state (model.path: about 4x the file)", ec ? 0.0 : 4 * file});
-  } else if (m.name == "cnn") {
+  } else if (m.kind == ModelKind::Cnn) {
     double params = 0, act = 0, in = 1, size = 28;
     for (auto ch : m.channels) {
       params += 9 * in * ch + 3 * ch;
@@ -68,7 +68,7 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     params += in * size * size * m.classes;
     parts.push_back({"parameters, gradients and Adam state (model.channels)", 4 * f * params});
     parts.push_back({"one micro-batch's activations (training.micro_batch_size, model.channels)", f * B * act});
-  } else if (m.name == "gpt" || m.name == "llama") {  // (llama: about the same, its MLP 3 x 2/3 of GPT's 2 x 4)
+  } else if (isLanguageModel(m.kind)) {  // (llama: about the same, its MLP 3 x 2/3 of GPT's 2 x 4)
     const double V = m.vocabSize, T = m.blockSize, L = m.layers, d = m.embd, H = m.heads;
     const double params = 2 * V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d;
     parts.push_back({"parameters, gradients and Adam state (model.vocab_size, model.layers, model.embd)", 4 * f * params});
@@ -128,7 +128,7 @@ ModelSetup torchScriptModel(const Config& c) {
   s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
   s.setTraining = [ts](bool on) { ts->setTraining(on); };
   s.inputNames = names;
-  if (c.data.name == "fashion_mnist") {
+  if (c.data.kind == DataKind::FashionMnist) {
     s.dataset = fashionMnistTrain(c);
   } else {
     const int64_t seqLen = c.model.inputs.at(0).shape.at(0);
@@ -191,9 +191,9 @@ Options languageModelOptions(const Config& c) {
 void languageModelData(const Config& c, ModelSetup& s) {
   const int64_t blockSize = c.model.blockSize, vocabSize = c.model.vocabSize;
   s.tokensPerSample = blockSize;
-  if (c.data.name == "text") {
+  if (c.data.kind == DataKind::Text) {
     s.dataset = std::make_unique<data::TextDataset>(c.data.path, blockSize, c.job.seed);
-  } else if (c.data.name == "tokens") {
+  } else if (c.data.kind == DataKind::Tokens) {
     s.dataset = std::make_unique<data::TokenFile>(c.data.path, c.data.tokenDtype, blockSize, vocabSize, c.job.seed);
   } else {
     s.dataset = std::make_unique<data::SyntheticTokens>(vocabSize, blockSize, c.job.seed);
@@ -235,22 +235,26 @@ ModelSetup mlpModel(const Config& c) {
 }
 
 // model.name -> the model, its data and its loss. Adding a model: a builder
-// above and a row here (docs/architecture.md, "Add a model").
-struct ModelKind {
-  const char* name;
+// above, a row here and its name in Config's modelChoices()
+// (docs/architecture.md, "Add a model").
+struct ModelBuilder {
+  ModelKind kind;
   ModelSetup (*build)(const Config&);
 };
-constexpr ModelKind kModels[] = {
-    {"gpt", gptModel}, {"llama", llamaModel}, {"mlp", mlpModel}, {"cnn", cnnModel}, {"torchscript", torchScriptModel}};
+constexpr ModelBuilder kModels[] = {{ModelKind::Gpt, gptModel},
+                                    {ModelKind::Llama, llamaModel},
+                                    {ModelKind::Mlp, mlpModel},
+                                    {ModelKind::Cnn, cnnModel},
+                                    {ModelKind::TorchScript, torchScriptModel}};
 
 }  // namespace
 
 static ModelSetup makeModel(const Config& c) {
   torch::manual_seed(static_cast<uint64_t>(c.job.seed));
-  for (const auto& kind : kModels) {
-    if (c.model.name == kind.name) return kind.build(c);
+  for (const auto& row : kModels) {
+    if (c.model.kind == row.kind) return row.build(c);
   }
-  throw ConfigError("config error: unknown model.name '" + c.model.name + "'");
+  throw ConfigError(std::string("config error: model.name ") + modelName(c.model.kind) + " has no builder");
 }
 
 OpGraph ModelSetup::captureEval(int64_t microBatchSize) const {

@@ -94,7 +94,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.fitSchedule = c.pipeline.fitSchedule;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
   s.dataParallel = c.pipeline.dataParallel;
-  s.distAdam = c.optimizer.name == "dist_adam" && c.optimizer.distAdamMode != "allreduce";
+  s.distAdam = c.optimizer.name == optim::OptimizerKind::DistAdam && c.optimizer.distAdamMode != optim::DistAdamMode::AllReduce;
   s.distAdamBucketBytes = static_cast<int64_t>(c.optimizer.distAdamBucketMb * 1048576.0);
   s.policy = c.memory.policy;
   s.swap = c.memory.swap;

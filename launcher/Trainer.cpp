@@ -202,7 +202,8 @@ void Trainer::plan() {
   }
   trainableAndTied(stages);
   if (c_.training.precision == Precision::Fp16) lossScaler_.emplace(c_.training.lossScale, c_.training.lossScaleWindow);
-  SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != "dist_adam" || c_.optimizer.distAdamMode != "hooks",
+  SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != optim::OptimizerKind::DistAdam ||
+                   c_.optimizer.distAdamMode != optim::DistAdamMode::Hooks,
                ConfigError,
                "config error: " << tiedRanks_.front().first << " is read by stages on several pipeline ranks (tied "
                                 << "weights); its gradient is summed over them before the update, which DistAdam's "
@@ -395,12 +396,12 @@ void Trainer::logStages() const {
 
 void Trainer::buildOptimizer() {
   optim::OptimizerOptions o;
-  o.kind = parseChoice(optim::optimizerKinds(), c_.optimizer.name, "optimizer.name");
+  o.kind = c_.optimizer.name;
   o.adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
                 .betas({c_.optimizer.beta1, c_.optimizer.beta2})
                 .eps(c_.optimizer.eps)
                 .weight_decay(c_.optimizer.weightDecay);
-  o.distAdamMode = optim::parseDistAdamMode(c_.optimizer.distAdamMode);
+  o.distAdamMode = c_.optimizer.distAdamMode;
   o.bucketBytes = static_cast<int64_t>(c_.optimizer.distAdamBucketMb * 1048576.0);
   o.expectedRanks = c_.pipeline.dataParallel;
   o.accumulationSteps = c_.pipeline.microbatches;  // reduce on the last micro-batch's backward

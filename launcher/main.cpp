@@ -127,9 +127,9 @@ int runPartition(sluice::CommandLine a) {
   auto profile = sluice::partition::Profile::load(a.profile, graph.hash());
   auto settings = sluice::planSettings(config);
   std::cerr << "sluice: partitioning " << graph.numNodes() << " nodes into " << settings.stages << " stages (method "
-            << settings.method << ") ..." << std::endl;
+            << sluice::partition::partitionMethodName(settings.method) << ") ..." << std::endl;
   auto t0 = std::chrono::steady_clock::now();
-  if (!config.pipeline.cuts.empty()) settings.method = "cuts";  // predictions for the user's own cuts
+  if (!config.pipeline.cuts.empty()) settings.method = sluice::partition::PartitionMethod::Cuts;  // predictions for the user's own cuts
   std::string why;
   auto plan = sluice::makePlanFor(graph, profile, settings, config.pipeline.cuts, &why);
   if (!why.empty()) std::cerr << "sluice: " << why << std::endl;
@@ -156,9 +156,9 @@ int runTraceShow(const sluice::CommandLine& a) {
 // into the module at model.path and saved to -o (models/TorchScript.h).
 int runExport(const sluice::CommandLine& a) {
   auto config = sluice::Config::load(a.config, a.overrides);
-  if (config.model.name != "torchscript") {
+  if (config.model.kind != sluice::ModelKind::TorchScript) {
     throw sluice::ConfigError("sluice export writes TorchScript models; " + a.config + " has model.name " +
-                              config.model.name + " (its checkpoints load with checkpoint.resume)");
+                              sluice::modelName(config.model.kind) + " (its checkpoints load with checkpoint.resume)");
   }
   if (a.checkpoint.empty() || a.output.empty()) {
     throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o model.pt\n\n" + sluice::commandLineUsage());

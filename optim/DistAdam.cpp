@@ -17,20 +17,13 @@ namespace sluice::optim {
 using torch::optim::AdamWOptions;
 
 DistAdamMode parseDistAdamMode(const std::string& name) {
-  if (name == "hooks") return DistAdamMode::Hooks;
-  if (name == "after_backward") return DistAdamMode::AfterBackward;
-  if (name == "allreduce") return DistAdamMode::AllReduce;
-  throw OptimError("unknown DistAdam mode '" + name + "' (choose hooks, after_backward or allreduce)");
+  for (auto& m : distAdamModes()) {
+    if (name == m.name) return m.kind;
+  }
+  throw OptimError("unknown DistAdam mode '" + name + "' (choose " + choiceNames(distAdamModes()) + ")");
 }
 
-std::string toString(DistAdamMode mode) {
-  switch (mode) {
-    case DistAdamMode::Hooks: return "hooks";
-    case DistAdamMode::AfterBackward: return "after_backward";
-    case DistAdamMode::AllReduce: return "allreduce";
-  }
-  return "?";
-}
+std::string toString(DistAdamMode mode) { return choiceName(distAdamModes(), mode); }
 
 // Per parameter: where its gradient lives and how far this step's
 // accumulations got. Per bucket: the flat buffers (FlatLayout.h).

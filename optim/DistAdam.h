@@ -69,10 +69,10 @@
 
 #include "core/Communicator.h"
 #include "core/Trace.h"
+#include "optim/OptimizerChoices.h"  // DistAdamMode
 
 namespace sluice::optim {
 
-enum class DistAdamMode { Hooks, AfterBackward, AllReduce };
 DistAdamMode parseDistAdamMode(const std::string& name);  // hooks | after_backward | allreduce
 std::string toString(DistAdamMode mode);
 

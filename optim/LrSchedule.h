@@ -9,10 +9,12 @@
 
 #include <torch/torch.h>
 
+#include "optim/OptimizerChoices.h"
+
 namespace sluice::optim {
 
 struct LrSchedule {
-  std::string kind = "constant";  // constant | cosine
+  LrScheduleKind kind = LrScheduleKind::Constant;
   double lr = 1e-3;
   double minLr = 0.0;
   int64_t warmupSteps = 0;

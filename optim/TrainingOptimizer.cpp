@@ -4,13 +4,6 @@
 
 namespace sluice::optim {
 
-const std::vector<Choice<OptimizerKind>>& optimizerKinds() {
-  static const std::vector<Choice<OptimizerKind>> kinds = {
-      {OptimizerKind::AdamW, "adamw", "torch::optim::AdamW, replicated"},
-      {OptimizerKind::DistAdam, "dist_adam", "AdamW sharded over the data-parallel replicas"}};
-  return kinds;
-}
-
 namespace {
 
 class AdamWOptimizer final : public TrainingOptimizer {

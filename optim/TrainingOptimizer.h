@@ -23,11 +23,9 @@
 #include "core/Communicator.h"
 #include "core/Trace.h"
 #include "optim/DistAdam.h"
+#include "optim/OptimizerChoices.h"
 
 namespace sluice::optim {
-
-enum class OptimizerKind { AdamW, DistAdam };
-const std::vector<Choice<OptimizerKind>>& optimizerKinds();  // adamw | dist_adam
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::AdamW;

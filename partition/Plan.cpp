@@ -185,11 +185,14 @@ std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& pr
 
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
   const int pieces = st.stages * st.chunks;
-  if (st.method == "uniform") return planForCuts(graph, profile, st, uniformCuts(graph, pieces));
-  if (st.method == "parameters") return planForCuts(graph, profile, st, parameterCuts(graph, pieces));
-  if (st.method == "layers") return planForCuts(graph, profile, st, layerCuts(graph, profile, pieces));
-  SLUICE_CHECK(st.method == "profile", PlanError,
-               "partition: unknown method '" << st.method << "' (profile | uniform | parameters | layers)");
+  switch (st.method) {
+    case PartitionMethod::Uniform: return planForCuts(graph, profile, st, uniformCuts(graph, pieces));
+    case PartitionMethod::Parameters: return planForCuts(graph, profile, st, parameterCuts(graph, pieces));
+    case PartitionMethod::Layers: return planForCuts(graph, profile, st, layerCuts(graph, profile, pieces));
+    case PartitionMethod::Profile: break;
+    case PartitionMethod::Cuts:
+      throw PlanError("partition: method cuts plans the user's own cuts: call planForCuts with them");
+  }
   SLUICE_CHECK(st.minOpLevelGain >= 0 && st.minOpLevelGain < 1, PlanError,
                "partition: the minimum op-level gain must be in [0, 1), got " << st.minOpLevelGain);
   auto problem = makeProblem(graph, profile, st);

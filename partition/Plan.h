@@ -3,7 +3,7 @@
 // A Plan is a stage split of one captured graph (keyed by its hash: the model
 // and the micro-batch shape), the per-node memory actions of each stage, and
 // the cost model's predictions (CostModel.h). makePlan() builds one from a
-// Profile with one of three methods:
+// Profile with one of its methods (PartitionMethod.h), among them:
 //   profile     the exact optimum of the cost model (Partitioner.h);
 //   uniform     equal numbers of transformer blocks per stage (Megatron's
 //               split): blocks are the numbered module paths, e.g. "h.3.";
@@ -31,6 +31,7 @@
 #include "core/OpGraph.h"
 #include "memory/MemoryPlan.h"
 #include "partition/BaselineCuts.h"
+#include "partition/PartitionMethod.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
 #include "pipeline/Schedule.h"
@@ -38,7 +39,7 @@
 namespace sluice::partition {
 
 struct PlanSettings {
-  std::string method = "profile";  // profile | uniform | parameters | layers
+  PartitionMethod method = PartitionMethod::Profile;
   // profile: cut inside a layer only when predicted at least this share of
   // the step faster than the best cuts on layer boundaries (Note [layer
   // boundaries first], Plan.cpp); 0: the op-level optimum always.
@@ -87,7 +88,8 @@ struct TensorDecision {
 };
 
 struct Plan {
-  std::string graphHash, method, schedule, profileBlas;
+  std::string graphHash, schedule, profileBlas;
+  PartitionMethod method = PartitionMethod::Profile;
   memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;
   int64_t swapWindowBytes = 0;
   int microBatches = 1, microBatchSize = 0, dataParallel = 1, profileThreads = 0;

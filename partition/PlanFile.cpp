@@ -61,7 +61,7 @@ std::string Plan::toBytes() const {
   proto::Plan p;
   p.set_format(kFormat);
   p.set_graph_hash(graphHash);
-  p.set_method(method);
+  p.set_method(partitionMethodName(method));
   p.set_schedule(schedule);
   p.set_microbatches(microBatches);
   p.set_chunks(chunks);
@@ -138,7 +138,6 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
                        << kFormat << "'): make it again with `sluice profile` and `sluice partition`");
   Plan out;
   out.graphHash = p.graph_hash();
-  out.method = p.method();
   out.schedule = p.schedule();
   out.microBatches = p.microbatches();
   out.chunks = std::max(1, p.chunks());
@@ -149,7 +148,8 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
   out.bubbleFraction = p.bubble_fraction();
   out.profileBlas = p.profile_blas();
   out.profileThreads = p.profile_threads();
-  try {  // (a plan made before the field existed: plan)
+  try {  // (a plan made before the policy field existed: plan)
+    out.method = parsePlanMethod(p.method());
     out.policy = p.policy().empty() ? memory::MemoryPolicy::Plan
                                      : parseChoice(memory::memoryPolicies(), p.policy(), "memory policy");
   } catch (const ConfigError& e) {

@@ -13,7 +13,7 @@ std::string Plan::table() const {
   auto mib = [](int64_t b) { return formatBytes(b); };
   std::snprintf(buf, sizeof(buf),
                 "plan for graph %s: method %s, memory policy %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
-                graphHash.c_str(), method.c_str(), choiceName(memory::memoryPolicies(), policy),
+                graphHash.c_str(), partitionMethodName(method), choiceName(memory::memoryPolicies(), policy),
                 (schedule + (scheduleCosts() ? " fitted to the stage times" : "") +
                  (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, stage s on rank s % " +
                                    std::to_string(stages.size() / chunks) + ")"

@@ -75,6 +75,6 @@ paste <(losses "$TMP/one/metrics.jsonl") <(losses "$TMP/out_frees/metrics.jsonl"
   fail "losses with swap/recompute differ from 1 stage"
 expect_failure missing_plan "does not exist" "$TMP/out_missing" -- \
   "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/nope.pb" --set job.output_dir="$TMP/out_missing"
-expect_failure bad_method "pipeline.partition.method must be" "$TMP/y.pb" -- \
+expect_failure bad_method "pipeline.partition.method: unknown partition method 'fastest' (expected profile | uniform | parameters | layers)" "$TMP/y.pb" -- \
   "$SLUICE" partition "$CFG" --profile "$TMP/prof.pb" -o "$TMP/y.pb" --method fastest
 echo "ok: partition and plan errors"

@@ -27,7 +27,7 @@ TEST(Config, ValidConfigAndDefaults) {
   EXPECT_EQ(c.pipeline.stages, 2);
   EXPECT_EQ(c.pipeline.schedule, "gpipe");
   EXPECT_EQ(c.worldSize(), 2);
-  EXPECT_EQ(c.optimizer.name, "adamw");  // default
+  EXPECT_EQ(c.optimizer.name, optim::OptimizerKind::AdamW);  // default
   EXPECT_EQ(c.logging.interval, 10);     // default
 }
 
@@ -53,7 +53,7 @@ TEST(Config, DataParallelWithDistAdam) {
   auto c = Config::fromYamlText(kValid, {"pipeline.data_parallel=2", "training.global_batch_size=16",
                                          "optimizer.name=dist_adam", "optimizer.dist_adam.mode=after_backward"});
   EXPECT_EQ(c.worldSize(), 4);
-  EXPECT_EQ(c.optimizer.distAdamMode, "after_backward");
+  EXPECT_EQ(c.optimizer.distAdamMode, optim::DistAdamMode::AfterBackward);
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {
@@ -147,7 +147,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "training.steps: expected an integer, got 'many'"},
         Malformed{"heads do not divide embd", {"model.heads=3"}, nullptr,
                   "model.embd (32) must be divisible by model.heads (3)"},
-        Malformed{"unknown model", {"model.name=resnet"}, nullptr, "model.name must be gpt, llama, mlp, torchscript or cnn"},
+        Malformed{"unknown model", {"model.name=resnet"}, nullptr, "model.name: unknown model 'resnet' (expected gpt | llama | mlp | cnn | torchscript)"},
+        Malformed{"unknown data", {"data.name=imagenet"}, nullptr,
+                  "data.name: unknown data 'imagenet' (expected text | synthetic | fashion_mnist | tokens)"},
+        Malformed{"unknown optimizer", {"optimizer.name=sgd"}, nullptr,
+                  "optimizer.name: unknown optimizer 'sgd' (expected adamw | dist_adam)"},
+        Malformed{"unknown lr schedule", {"optimizer.schedule=linear"}, nullptr,
+                  "optimizer.schedule: unknown learning-rate schedule 'linear' (expected constant | cosine)"},
         Malformed{"cnn without blocks", {"model.name=cnn", "data.name=fashion_mnist", "model.channels=[]"}, nullptr,
                   "model.channels must list 1 to 4 block widths"},
         Malformed{"torchscript without a file", {"model.name=torchscript"}, nullptr,
@@ -177,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"unknown dist_adam key", {"optimizer.name=dist_adam", "optimizer.dist_adam.mod=hooks"}, nullptr,
                   "unknown key 'optimizer.dist_adam.mod'"},
         Malformed{"bad dist_adam mode", {"optimizer.name=dist_adam", "optimizer.dist_adam.mode=ring"}, nullptr,
-                  "optimizer.dist_adam.mode must be hooks, after_backward or allreduce"},
+                  "optimizer.dist_adam.mode: unknown DistAdam mode 'ring' (expected hooks | after_backward | allreduce)"},
         Malformed{"byte text needs 256 tokens", {"data.name=text", "model.vocab_size=100"}, nullptr,
                   "model.vocab_size must be >= 256 for byte-level text"},
         Malformed{"empty file", {}, "", "is empty: give at least the model and training sections"},

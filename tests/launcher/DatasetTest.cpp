@@ -39,13 +39,13 @@ TEST(TextDataset, TooSmallOrMissingIsADataError) {
 }
 
 TEST(LrSchedule, WarmupThenCosineToMinimum) {
-  optim::LrSchedule s{"cosine", 1.0, 0.1, 10, 110};
+  optim::LrSchedule s{optim::LrScheduleKind::Cosine, 1.0, 0.1, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(0), 0.1);
   EXPECT_DOUBLE_EQ(s.at(9), 1.0);
   EXPECT_DOUBLE_EQ(s.at(10), 1.0);
   EXPECT_NEAR(s.at(60), 0.55, 1e-12);  // halfway: mean of lr and min_lr
   EXPECT_NEAR(s.at(110), 0.1, 1e-12);
-  optim::LrSchedule c{"constant", 0.5, 0.0, 0, 100};
+  optim::LrSchedule c{optim::LrScheduleKind::Constant, 0.5, 0.0, 0, 100};
   EXPECT_DOUBLE_EQ(c.at(99), 0.5);
 }
 

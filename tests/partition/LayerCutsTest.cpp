@@ -193,7 +193,7 @@ TEST(LayerBoundariesFirst, OneBlockIsSplitBetweenOps) {
   ASSERT_EQ(plan.cuts().size(), 1u);
   EXPECT_FALSE(starts.count(plan.cuts()[0])) << "cut " << plan.cuts()[0] << " lies between layers";
   EXPECT_TRUE(plan.opLevelCuts.empty());
-  st.method = "layers";
+  st.method = PartitionMethod::Layers;
   EXPECT_LT(plan.stepTime, makePlan(graph, profile, st).stepTime * (1 - PlanSettings{}.minOpLevelGain));
 }
 
