@@ -36,6 +36,9 @@ enum class CommBackendKind { Mpi, Nccl };
 // A nonblocking operation in flight.
 class PendingOp {
  public:
+  PendingOp() = default;
+  PendingOp(const PendingOp&) = delete;  // it owns live requests: one owner abandons them
+  PendingOp& operator=(const PendingOp&) = delete;
   virtual ~PendingOp() = default;
   // Nonblocking. True once the caller may use the result: MPI: the operation
   // finished, its completion checks passed and its buffers may be reused;

@@ -19,23 +19,23 @@ namespace {
 // Writes `bytes` to a new file `tmp`, fsynced when `durable`; on any failure
 // removes it and throws Error with the system's reason.
 void writeTemp(const std::string& tmp, const std::string& bytes, bool durable) {
-  const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
-  SLUICE_CHECK(fd >= 0, Error, "cannot write " << tmp << ": " << std::strerror(errno));
+  UniqueFd fd(::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644));
+  SLUICE_CHECK(fd.valid(), Error, "cannot write " << tmp << ": " << std::strerror(errno));
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n == 0 ? ENOSPC : errno;
-      ::close(fd);
+      fd.reset();
       std::remove(tmp.c_str());
       throw Error("writing " + tmp + " failed: " + std::strerror(err));
     }
     done += static_cast<size_t>(n);
   }
-  const bool synced = !durable || ::fsync(fd) == 0;
+  const bool synced = !durable || ::fsync(fd.get()) == 0;
   const int syncErr = errno;
-  const bool closed = ::close(fd) == 0;  // NFS and some file systems report write errors only here
+  const bool closed = ::close(fd.release()) == 0;  // NFS and some file systems report write errors only here
   if (!synced || !closed) {
     const int err = !synced ? syncErr : errno;
     std::remove(tmp.c_str());
@@ -64,11 +64,8 @@ void writeFileDurably(const std::string& path, const std::string& bytes) {
   writeTemp(tmp, bytes, /*durable=*/true);
   commit(tmp, path);
   auto dir = std::filesystem::path(path).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  UniqueFd dfd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY));
+  if (dfd.valid()) ::fsync(dfd.get());
 }
 
 void requireRegularFile(const std::string& path, const std::string& what) {

@@ -173,17 +173,15 @@ std::shared_ptr<MpiBackend> MpiBackend::self() {
 }
 
 std::shared_ptr<MpiBackend> MpiBackend::split(int color, int key) const {
-  MPI_Comm* out = new MPI_Comm(MPI_COMM_NULL);
-  const int rc = MPI_Comm_split(*comm_, color, key < 0 ? rank_ : key, out);
-  if (rc != MPI_SUCCESS) delete out;
-  mpiCheck(rc, "MPI_Comm_split", rank_);
-  // Freed when the last holder goes (only while MPI is still up).
-  std::shared_ptr<MPI_Comm> owned(out, [](MPI_Comm* c) {
+  // Owned before MPI fills it in; freed when the last holder goes (only
+  // while MPI is still up, and not when the split failed).
+  std::shared_ptr<MPI_Comm> owned(new MPI_Comm(MPI_COMM_NULL), [](MPI_Comm* c) {
     int fin = 0;
     MPI_Finalized(&fin);
     if (!fin && *c != MPI_COMM_NULL) MPI_Comm_free(c);
     delete c;
   });
+  mpiCheck(MPI_Comm_split(*comm_, color, key < 0 ? rank_ : key, owned.get()), "MPI_Comm_split", rank_);
   return std::make_shared<MpiBackend>(owned);
 }
 

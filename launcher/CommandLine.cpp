@@ -121,9 +121,7 @@ std::optional<CommandLine> parseCommandLine(int argc, char** argv) {
   try {
     p.app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    CLI::App* asked = &p.app;
-    for (auto* c = asked; !c->get_subcommands().empty();) asked = c = c->get_subcommands().front();
-    std::cout << asked->help();
+    std::cout << p.app.help();  // the chosen (sub)command's, its usage line headed "sluice <command>"
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     throw ConfigError(std::string("sluice: ") + e.what() + "\n\n" + p.app.help());
@@ -147,14 +145,14 @@ std::optional<CommandLine> parseCommandLine(int argc, char** argv) {
       throw ConfigError("sluice: " + a.command + " does not take " + first +
                         (p.someCommandTakes(first) ? " (another command does; see `sluice --help`)"
                                                    : ": unknown option") +
-                        "\n\n" + command->help());
+                        "\n\n" + command->help("sluice"));
     }
-    throw ConfigError("sluice: unexpected argument '" + first + "'\n\n" + command->help());
+    throw ConfigError("sluice: unexpected argument '" + first + "'\n\n" + command->help("sluice"));
   }
   if (p.trace) a.overrides.push_back("logging.trace=true");
   const bool needsConfig = a.command != "version" && a.command != "plan" && a.command != "trace";
   if (needsConfig && a.config.empty()) {
-    throw ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + command->help());
+    throw ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + command->help("sluice"));
   }
   return a;
 }

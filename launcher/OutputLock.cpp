@@ -32,19 +32,18 @@ OutputLock::OutputLock(const std::string& dir, const std::string& key) : dir_(di
   SLUICE_CHECK(!ec, ConfigError, "config error: cannot create " << key << " '" << dir << "': " << ec.message());
   // On a failure below: let go of the file, remove what this lock made, throw.
   auto fail = [&](const std::string& why) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
     removeIfUnused();
     throw ConfigError("config error: " + why);
   };
   const std::string path = (fs::path(dir) / ".sluice.lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(key + " '" + dir + "' is not writable: " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  fd_.reset(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd_.valid()) fail(key + " '" + dir + "' is not writable: " + std::strerror(errno));
+  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err != EWOULDBLOCK) fail("cannot lock " + key + " '" + dir + "': " + std::strerror(err));
     char holder[256] = {};
-    const ssize_t n = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    const ssize_t n = ::pread(fd_.get(), holder, sizeof(holder) - 1, 0);
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
     fail(key + " '" + dir + "' is in use by another sluice job (" + (who.empty() ? "holder unknown" : who) +
@@ -53,13 +52,13 @@ OutputLock::OutputLock(const std::string& dir, const std::string& key) : dir_(di
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const std::string me = "pid " + std::to_string(::getpid()) + " on host " + host + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+  if (::ftruncate(fd_.get(), 0) != 0 || ::pwrite(fd_.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     fail(key + " '" + dir + "' is not writable: " + std::strerror(errno));
   }
 }
 
 OutputLock::~OutputLock() {
-  if (fd_ >= 0) ::close(fd_);
+  fd_.reset();
   removeIfUnused();
 }
 

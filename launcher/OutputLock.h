@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/Files.h"
 #include "launcher/Config.h"
 
 namespace sluice {
@@ -34,7 +35,7 @@ class OutputLock {
 
  private:
   void removeIfUnused() noexcept;
-  int fd_ = -1;
+  UniqueFd fd_;
   bool created_ = false;  // this lock made the directory
   std::string dir_;
 };

@@ -1,5 +1,6 @@
 #include "launcher/Supervisor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/Error.h"
+#include "core/Files.h"
 
 namespace sluice {
 namespace {
@@ -149,20 +151,21 @@ class StderrFilter {
 Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
   ranksReady = ranks > 0 ? 0 : 1;
   int fds[2];
-  SLUICE_CHECK(::pipe(fds) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
+  SLUICE_CHECK(::pipe2(fds, O_CLOEXEC) == 0, Error, "cannot create a pipe: " << std::strerror(errno));
+  UniqueFd readEnd(fds[0]), writeEnd(fds[1]);  // the child's copies are its own (dup2 clears CLOEXEC on stderr)
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   SLUICE_CHECK(pid >= 0, Error, "cannot fork: " << std::strerror(errno));
   if (pid == 0) execPlan(plan, restart, parent, fds);
   childPid = pid;
-  ::close(fds[1]);
+  writeEnd.reset();
   if (stopRequested && ranksReady) ::kill(pid, SIGUSR1);  // a stop asked for before the job started
   Run run;
   StderrFilter filter(run, pid, ranks);
   std::string pending;
   char buf[4096];
   while (true) {
-    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    const ssize_t n = ::read(readEnd.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buf, static_cast<size_t>(n));
@@ -174,7 +177,7 @@ Run runOnce(const LaunchPlan& plan, int restart, int ranks) {
   }
   if (!pending.empty()) filter.add(pending);
   filter.finish();
-  ::close(fds[0]);
+  readEnd.reset();
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

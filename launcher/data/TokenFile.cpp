@@ -10,34 +10,23 @@
 #include <vector>
 
 #include "core/Error.h"
+#include "core/Files.h"
 
 namespace sluice::data {
-
-namespace {
-
-// Closes the descriptor on every path out of the constructor.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-}  // namespace
 
 TokenFile::TokenFile(const std::string& path, const std::string& dtype, int64_t blockSize, int64_t vocabSize,
                      int64_t seed)
     : path_(path), blockSize_(blockSize), seed_(seed) {
   SLUICE_CHECK(dtype == "uint16" || dtype == "uint32", DataError,
                "data.token_dtype must be uint16 or uint32, got '" << dtype << "'");
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  SLUICE_CHECK(f.fd >= 0, DataError, "token file '" << path << "' cannot be opened: " << std::strerror(errno));
+  UniqueFd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));  // closed on every way out; the mapping outlives it
+  SLUICE_CHECK(f.valid(), DataError, "token file '" << path << "' cannot be opened: " << std::strerror(errno));
   struct stat st {};
-  SLUICE_CHECK(::fstat(f.fd, &st) == 0 && S_ISREG(st.st_mode), DataError,
+  SLUICE_CHECK(::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode), DataError,
                "token file '" << path << "' is not a regular file");
   const auto bytes = static_cast<int64_t>(st.st_size);
   SLUICE_CHECK(bytes > 0, DataError, "token file '" << path << "' is empty");
-  void* addr = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_PRIVATE, f.fd, 0);
+  void* addr = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_PRIVATE, f.get(), 0);
   SLUICE_CHECK(addr != MAP_FAILED, DataError, "token file '" << path << "' cannot be mapped: " << std::strerror(errno));
   int64_t width = dtype == "uint16" ? 2 : 4, offset = 0, count = -1;
   map_.addr = addr;

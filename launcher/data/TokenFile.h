@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/data/Dataset.h"
@@ -56,6 +57,10 @@ class TokenFile : public Dataset {
   struct Mapping {
     void* addr = nullptr;
     size_t bytes = 0;
+    Mapping() = default;
+    Mapping(Mapping&& o) noexcept : addr(std::exchange(o.addr, nullptr)), bytes(o.bytes) {}
+    Mapping(const Mapping&) = delete;  // one owner unmaps
+    Mapping& operator=(const Mapping&) = delete;
     ~Mapping();
   } map_;
   const uint8_t* ids_ = nullptr;  // the first id in the mapping

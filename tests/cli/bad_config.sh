@@ -100,6 +100,12 @@ expect_failure train_takes_no_budget "sluice: train does not take --budget-mb (a
   "$SLUICE" train "$cfg" --set job.output_dir="$out" --budget-mb 10
 expect_failure train_takes_no_output "sluice: train does not take -o" "$out" -- \
   "$SLUICE" train "$cfg" --set job.output_dir="$out" -o "$out/x.pb"
+# Each command's help names its own flags, headed by the command as typed.
+"$SLUICE" partition --help >"$TMP/help.txt"
+grep '^Usage: sluice partition ' "$TMP/help.txt" >/dev/null && grep -e '--budget-mb' "$TMP/help.txt" >/dev/null ||
+  { cat "$TMP/help.txt"; fail "sluice partition --help lacks its usage line or its flags"; }
+! grep -e '--trace' "$TMP/help.txt" >/dev/null || fail "sluice partition --help lists train's --trace"
+echo "ok: sluice partition --help"
 cat >"$TMP/mlp.yaml" <<YAML
 job: {output_dir: $out}
 model: {name: mlp, input_dim: 32, hidden: 64, mlp_layers: 1, classes: 4}
