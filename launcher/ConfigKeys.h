@@ -77,10 +77,11 @@ void modelKeys(S& s, Config& c) {
 template <class S>
 void dataKeys(S& s, Config& c) {
   s.choice("name", c.data.kind, dataChoices(), "data");
-  s.key("path", c.data.path);
-  s.key("eval_split", c.data.evalSplit);
-  s.key("eval_path", c.data.evalPath);
-  s.key("token_dtype", c.data.tokenDtype);
+  const bool images = c.data.kind == DataKind::FashionMnist, tokens = c.data.kind == DataKind::Tokens;
+  s.key("path", c.data.path, c.data.kind != DataKind::Synthetic);
+  s.key("eval_split", c.data.evalSplit, images);
+  s.key("eval_path", c.data.evalPath, tokens);
+  s.key("token_dtype", c.data.tokenDtype, tokens);
 }
 
 template <class S>

@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "core/Error.h"
@@ -64,12 +67,33 @@ TokenFile::TokenFile(const std::string& path, const std::string& dtype, int64_t 
                "token file '" << path << "' holds " << count << " tokens, fewer than one window of model.block_size + 1 = "
                               << blockSize + 1);
   windows_ = (count - 1) / blockSize;
-  for (int64_t i = 0; i < count; ++i) maxId_ = std::max(maxId_, id(i));
+  maxId_ = largestId(st);
   SLUICE_CHECK(maxId_ < vocabSize, DataError,
                "token file '" << path << "' holds token id " << maxId_ << ", so its vocabulary has at least "
                               << maxId_ + 1 << " ids, more than model.vocab_size (" << vocabSize
                               << "): set model.vocab_size >= " << maxId_ + 1
                               << (header_ ? "" : " (or check data.token_dtype)"));
+}
+
+// The largest id, read once per process for a given file: config
+// validation and the model's data open the same file in each rank (a
+// multi-GB corpus is read once, not twice). Keyed by the file's identity and
+// modification time, so a rewritten file is read again.
+int64_t TokenFile::largestId(const struct stat& st) const {
+  static std::mutex mutex;
+  static std::map<std::tuple<dev_t, ino_t, int64_t, int64_t, int64_t, int64_t>, int64_t> known;
+  const auto key = std::make_tuple(st.st_dev, st.st_ino, static_cast<int64_t>(st.st_size),
+                                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
+                                   width_, static_cast<int64_t>(ids_ - static_cast<const uint8_t*>(map_.addr)));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int64_t largest = 0;
+  for (int64_t i = 0; i < count_; ++i) largest = std::max(largest, id(i));
+  std::lock_guard<std::mutex> lock(mutex);
+  known[key] = largest;
+  return largest;
 }
 
 int64_t TokenFile::id(int64_t i) const {

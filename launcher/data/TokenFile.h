@@ -23,6 +23,8 @@
 // the whole file at load).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -50,6 +52,7 @@ class TokenFile : public Dataset {
 
  private:
   int64_t id(int64_t i) const;  // token i (unaligned little-endian read)
+  int64_t largestId(const struct stat& st) const;
   Batch windowsAt(const std::vector<int64_t>& index) const;
   std::string path_;
   // The whole file, mapped read-only; unmapped by its destructor, also when

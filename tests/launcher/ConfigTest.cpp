@@ -63,6 +63,22 @@ TEST(Config, ResolvedYamlRoundTrips) {
   EXPECT_EQ(again.pipeline.cuts, std::vector<int>{12});
 }
 
+// config.resolved.yaml writes the data keys that apply to data.name.
+TEST(Config, ResolvedYamlWritesTheDataKeysOfItsData) {
+  const auto data = [](const std::string& yaml) {
+    const auto text = Config::fromYamlText(yaml).toYaml();
+    return text.substr(text.find("\ndata:"), text.find("\ntraining:") - text.find("\ndata:"));
+  };
+  const auto synthetic = data(kValid);
+  EXPECT_EQ(synthetic.find("path"), std::string::npos) << synthetic;
+  EXPECT_EQ(synthetic.find("eval_split"), std::string::npos) << synthetic;
+  EXPECT_EQ(synthetic.find("token_dtype"), std::string::npos) << synthetic;
+  const auto text = data(std::regex_replace(kValid, std::regex("name: synthetic"), "name: text"));
+  EXPECT_NE(text.find("path: /usr/share/games/fortunes"), std::string::npos) << text;
+  EXPECT_EQ(text.find("eval_split"), std::string::npos) << text;
+  EXPECT_EQ(text.find("token_dtype"), std::string::npos) << text;
+}
+
 struct Malformed {
   const char* what;
   std::vector<std::string> overrides;

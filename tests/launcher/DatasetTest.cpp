@@ -6,6 +6,7 @@
 
 #include "core/Error.h"
 #include "launcher/data/Dataset.h"
+#include "launcher/data/TokenFile.h"
 #include "optim/LrSchedule.h"
 
 namespace sluice {
@@ -28,6 +29,23 @@ TEST(TextDataset, BatchesAreDeterministicShiftedWindows) {
   // The target is the input shifted by one byte.
   EXPECT_TRUE(torch::equal(x.input.slice(1, 1, 32), x.target.slice(1, 0, 31)));
   EXPECT_LT(x.input.max().item<int64_t>(), 256);
+}
+
+// The vocabulary check reads a file's largest id once per process; a file
+// rewritten in place (another size) is read again, not answered from memory.
+TEST(TokenFile, ARewrittenFileIsCheckedAgain) {
+  const std::string path = testing::TempDir() + "/ids.bin";
+  const auto write = [&](std::vector<uint16_t> ids) {
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), 2 * ids.size());
+  };
+  write(std::vector<uint16_t>(40, 7));
+  EXPECT_EQ(data::TokenFile(path, "uint16", 8, 16, 1).windows(), 4);
+  EXPECT_EQ(data::TokenFile(path, "uint16", 8, 16, 1).windows(), 4);  // the second open: remembered
+  std::vector<uint16_t> larger(48, 7);
+  larger[45] = 20;
+  write(larger);
+  EXPECT_THROW(data::TokenFile(path, "uint16", 8, 16, 1), DataError);  // id 20 >= vocabulary 16
+  std::remove(path.c_str());
 }
 
 TEST(TextDataset, TooSmallOrMissingIsADataError) {
