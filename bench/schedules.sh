@@ -45,7 +45,7 @@ torch_run() {  # [GLIBC_TUNABLES] -> median step time
   (cd "$root/bench" && GLIBC_TUNABLES=${1:-} OMP_NUM_THREADS=2 $py eager_torch.py --steps "$steps" --threads 2 |
      sed -n 's/step_time_s=//p')
 }
-sluice_run() {  # schedule microbatches [unit] -> median step time
+sluice_run() {  # schedule microbatches [unit] -> "median step time, model GFLOP per step, peak GFLOP/s"
   local name out
   name=$(name_of "$@" | tr / _)
   out="$tmp/run_$name"
@@ -54,7 +54,9 @@ sluice_run() {  # schedule microbatches [unit] -> median step time
     --set training.steps="$steps" --set logging.interval="$steps" \
     --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
-  median_step_time "$out/metrics.jsonl"
+  # The trainer's utilisation line: the model's work per step and what the
+  # ranks' matrix products reach together, measured in the same run.
+  echo "$(median_step_time "$out/metrics.jsonl") $(sed -n 's/.*utilisation: \([0-9.]*\) GFLOP .* of the \([0-9.]*\) GFLOP\/s.*/\1 \2/p' "$out.log" | sed -n 1p)"
 }
 echo "bench/schedules: quickstart GPT (4 x 192, block 128), global batch 16, $rounds rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
@@ -71,7 +73,7 @@ for c in "${configs[@]}"; do
     >"$plan.log" 2>&1 || { cat "$plan.log" >&2; exit 1; }
 done
 echo "  planned ${#configs[@]} configurations" >&2
-results="$tmp/results"  # lines: round position name seconds
+results="$tmp/results"  # lines: round position name seconds [model GFLOP per step, peak GFLOP/s]
 : >"$results"
 for r in $(seq 1 "$rounds"); do
   pos=0
@@ -87,9 +89,15 @@ done
 $py - "$results" "$heap_kept" <<'PY'
 import collections, math, statistics, sys
 runs = collections.defaultdict(list)  # round -> [(position, name, seconds)]
+util = collections.defaultdict(list)  # name -> model FLOP/s over the peak, per run
+work, peaks = [], []
 for line in open(sys.argv[1]):
-    r, p, name, t = line.split()
+    r, p, name, t, *more = line.split()
     runs[int(r)].append((int(p), name, float(t)))
+    if len(more) == 2:
+        work.append(float(more[0]))
+        peaks.append(float(more[1]))
+        util[name].append(float(more[0]) / float(t) / float(more[1]))
 times = collections.defaultdict(list)  # name -> step times over rounds
 vs_torch = collections.defaultdict(dict)  # name -> round -> ratio to the PyTorch runs around it
 for r, seq in runs.items():
@@ -102,10 +110,12 @@ for r, seq in runs.items():
         after = [s for _, n, s in seq[i + 1:] if n == "torch"][0]
         vs_torch[name][r] = t / math.sqrt(before * after)
 med = statistics.median
-print("\n%-52s %12s %10s %14s %16s %14s" % ("configuration", "step time s", "vs torch", "(range)", "vs torch heap",
-                                           "vs 1f1b same m"))
-print("%-52s %12.4f %9.3fx %14s %16s %14s" % ("pytorch eager, 1 process x 2 threads", med(times["torch"]), 1.0, "-", "-",
-                                           "-"))
+print("\n%-52s %12s %10s %14s %16s %14s %6s" % ("configuration", "step time s", "vs torch", "(range)", "vs torch heap",
+                                                "vs 1f1b same m", "util"))
+# PyTorch's utilisation: the same model work over the peak Sluice's ranks measured (the same 2 cores).
+torch_util = "%5.0f%%" % (100 * med(work) / med(times["torch"]) / med(peaks)) if work else "-"
+print("%-52s %12.4f %9.3fx %14s %16s %14s %6s" % ("pytorch eager, 1 process x 2 threads", med(times["torch"]), 1.0, "-",
+                                                "-", "-", torch_util))
 for n, by_round in vs_torch.items():
     rounds = sorted(by_round)
     vh = med(by_round[r] / vs_torch["torch-heap-kept"][r] for r in rounds)
@@ -114,10 +124,13 @@ for n, by_round in vs_torch.items():
     label = ("pytorch eager, 2 threads, heap kept as sluice's" if n == "torch-heap-kept"
              else "sluice 2 stages x 1 thread, " + n)
     spread = "%.3f-%.3f" % (min(by_round.values()), max(by_round.values()))
-    print("%-52s %12.4f %9.3fx %14s %15.3fx %14s" % (label, med(times[n]), med(by_round.values()), spread, vh,
-                                                     "-" if vb is None else "%.3fx" % vb))
+    print("%-52s %12.4f %9.3fx %14s %15.3fx %14s %6s" % (label, med(times[n]), med(by_round.values()), spread, vh,
+                                                         "-" if vb is None else "%.3fx" % vb,
+                                                         "%5.0f%%" % (100 * med(util[n])) if util[n] else "-"))
 print("\nvs torch: step time / the geometric mean of the PyTorch runs right before and after it, median over rounds"
       " (below 1: faster; range: over rounds);\nthe other ratios divide two such ratios of the same round. interleaved and interleaved-zb:"
       " 2 stages per rank;\n/unit: zb order from unit costs, not fitted to the plan's stage times; torch heap: PyTorch"
-      " with GLIBC_TUNABLES=" + sys.argv[2])
+      " with GLIBC_TUNABLES=" + sys.argv[2] + ";\nutil: model FLOP/s (3 x the forward's matrix products per step, over"
+      " the median step time) over the FLOP/s the ranks' matrix products reach together, measured in each run"
+      " (PyTorch: against the median of those)")
 PY

@@ -100,6 +100,7 @@ class Trainer {
   RankPrediction reportPrediction() const;
   void reportMemory(const RankPrediction& prediction, int64_t resident);
   void reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident);
+  void reportUtilisation();
   void freeOtherStagesTensors();
   std::vector<pipeline::MicroBatch> microBatchesFor(int64_t step) const;
   void flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks);

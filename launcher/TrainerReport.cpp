@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/Bytes.h"
+#include "core/Flops.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "core/TransferGuard.h"
@@ -87,6 +88,7 @@ void Trainer::report() {
   const int64_t resident = memory::residentPeakBytes();
   reportMemory(predicted, resident);
   reportRankTables(measuredCompute, predicted, resident);
+  reportUtilisation();
   exportModel();
   if (metrics_) log::info("metrics: " + (fs::path(outDir_) / "metrics.jsonl").string());
   world_.barrier();
@@ -262,6 +264,31 @@ void Trainer::reportRankTables(double measuredCompute, const RankPrediction& pre
     }
     log::info(os.str());
   }
+}
+
+// The model's work per step against what the ranks' matrix products reach
+// together, measured now on every rank at once (core/Flops.h): how close to
+// the machine's limit the run came. Collective.
+void Trainer::reportUtilisation() {
+  const double forward = graph_ ? forwardFlops(*graph_, 0, graph_->numNodes()) : 0;
+  const auto dtype = c_.training.precision == Precision::Bf16   ? c10::kBFloat16
+                     : c_.training.precision == Precision::Fp16 ? c10::kHalf
+                                                                : c10::kFloat;
+  world_.barrier();
+  auto peak = torch::tensor({measureMatmulRate(device_, dtype, 0.3)}, torch::kDouble);
+  world_.allReduce(peak);
+  if (rank_ != 0 || counters_.steps == 0 || forward <= 0) return;
+  const double model = 3 * forward * c_.pipeline.microbatches * c_.pipeline.dataParallel;
+  const double stepSeconds = counters_.seconds / static_cast<double>(counters_.steps);
+  const double achieved = model / stepSeconds, limit = peak.item<double>();
+  char buf[400];
+  std::snprintf(buf, sizeof(buf),
+                "utilisation: %.2f GFLOP of model work per step (3 x the forward's matrix products), %.1f GFLOP/s at "
+                "%.3f s/step = %.0f%% of the %.1f GFLOP/s the %d ranks' %s matrix products reach (%d threads per "
+                "rank; measured now, every rank at once)",
+                model / 1e9, achieved / 1e9, stepSeconds, 100 * achieved / limit, limit / 1e9, world_.size(),
+                choiceName(precisionChoices(), c_.training.precision), at::get_num_threads());
+  log::info(buf);
 }
 
 std::string Trainer::settingsTable() const {

@@ -25,5 +25,9 @@ for r in 0 1; do
     grep -cE "host syncs \(reads of training tensors\) per step: 0\.00 on [1-9][0-9]* non-log steps \(at most 0\)")" -eq 2 ] ||
     { grep -A5 "metrics report" "$TMP/q.log"; fail "rank $r: host syncs on non-log steps"; }
 done
+# Utilisation: the model's work is its matrix products' FLOPs, 3 x the forward's:
+# L (24 B T d^2 + 4 B T^2 d) + 2 B T d V with L 4, B 16, T 128, d 192, V 256 = 8.254 GFLOP.
+grep -E "^\[rank 0\] utilisation: 24\.76 GFLOP of model work per step .* = [0-9]+% of the [0-9.]+ GFLOP/s" "$TMP/q.log" ||
+  { grep utilisation "$TMP/q.log"; fail "no utilisation line, or not 3 x 8.254 GFLOP per step"; }
 grep -A5 "^\[rank 1\] metrics report (stage 1, replica 0; 250 steps)" "$TMP/q.log"
 echo "ok: quickstart trains"
