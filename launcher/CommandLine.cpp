@@ -54,12 +54,17 @@ struct Parser {
     partition->add_option("--budget-mb", args.budgetMb, "memory per stage in MiB (default: memory.budget_mb)");
     partition->add_option("--method", args.method,
                           choiceNames(partition::partitionMethods()) + " (default: pipeline.partition.method)");
-    auto* exporter = command("export", "a TorchScript model (model.name: torchscript) with the weights of a "
-                                       "checkpoint, loadable by torch.jit.load");
+    auto* exporter = command("export", "a checkpoint's weights: a TorchScript model (model.name: torchscript; "
+                                       "torch.jit.load) or a safetensors file (any model; safetensors.torch.load_file, model.weights)");
     withConfig(exporter);
     exporter->add_option("--checkpoint", args.checkpoint,
                          "a step_N checkpoint directory, or the checkpoint directory for its latest (required)");
-    exporter->add_option("-o", args.output, "the model file to write (required)");
+    exporter->add_option("-o", args.output,
+                         "where to write (required): torchscript, a model file; safetensors, a directory (its "
+                         "model.safetensors) or a *.safetensors file");
+    exporter->add_option("--format", args.format, "torchscript | safetensors (default: torchscript for model.name "
+                                                  "torchscript, else safetensors)")
+        ->check(CLI::IsMember({"torchscript", "safetensors"}));
     auto* plan = command("plan", "plans from `sluice partition`");
     plan->require_subcommand(1);
     plan->add_subcommand("show", "print a plan: one row per stage with its predictions")

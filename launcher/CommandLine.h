@@ -19,7 +19,7 @@ namespace sluice {
 struct CommandLine {
   std::string command;  // train | worker | launch | graph | profile | partition | export | plan | trace | version
   std::string config;   // CONFIG (the YAML file), or the FILE of plan show / trace show
-  std::string output, profile, method, budgetMb, hostfile, sbatch, checkpoint;
+  std::string output, profile, method, budgetMb, hostfile, sbatch, checkpoint, format;
   bool dryRun = false;
   std::vector<std::string> overrides;  // --set key=value, in order (--trace adds logging.trace=true)
 };

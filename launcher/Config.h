@@ -99,6 +99,10 @@ struct ModelConfig {
   std::vector<InputSpec> inputs;     // forward's arguments, in order
   InputSpec targets;                 // what the loss compares the output with
   std::string loss = "cross_entropy"; // cross_entropy | mse | none (forward takes the targets last and returns the loss)
+  // model.weights: a safetensors file the training starts from (every
+  // parameter by module path; `sluice export --format safetensors` writes
+  // one); "" = the model's own initialisation. A checkpoint resumed wins.
+  std::string weights;
 };
 
 struct DataConfig {

@@ -72,6 +72,7 @@ void modelKeys(S& s, Config& c) {
   s.key("loss", m.loss, torchscript);
   s.key("inputs", m.inputs, torchscript);
   s.key("targets", m.targets, torchscript);
+  s.key("weights", m.weights, !m.weights.empty());
 }
 
 template <class S>

@@ -130,6 +130,9 @@ void validateModel(Config& c) {
   auto& m = c.model;
   require(isLanguageModel(m.kind) || !m.tieEmbeddings,
           "model.tie_embeddings is for model.name gpt or llama (a TorchScript model ties its own weights)");
+  require(m.weights.empty() || std::filesystem::is_regular_file(m.weights),
+          "model.weights '" + m.weights + "' is not a file (a safetensors file: `sluice export --format safetensors` "
+          "writes one from a checkpoint)");
   require(m.kind == ModelKind::Llama || (m.kvHeads == 0 && m.ffnHidden == 0),
           "model.kv_heads and model.ffn_hidden are for model.name llama, got model.name " +
               std::string(modelName(m.kind)));

@@ -12,6 +12,8 @@
 
 #include "core/Bytes.h"
 #include "core/Error.h"
+#include "core/Log.h"
+#include "launcher/SafeTensors.h"
 #include "launcher/data/FashionMnist.h"
 #include "launcher/data/TokenFile.h"
 #include "models/Cnn.h"
@@ -102,6 +104,10 @@ ModelSetup makeModelSetup(const Config& c) {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   checkModelFitsMemory(c, local ? std::max(1, std::atoi(local)) : 1);
   ModelSetup s = makeModel(c);
+  if (!c.model.weights.empty()) {
+    const auto n = loadWeights(*s.module, c.model.weights);
+    log::info("model.weights: " + std::to_string(n) + " tensors from " + c.model.weights);
+  }
   if (c.training.precision != Precision::Fp32) {
     s.computeType = c.training.precision == Precision::Bf16 ? c10::kBFloat16 : c10::kHalf;
     // The loss in float32 (logits may leave the graph in the compute dtype).

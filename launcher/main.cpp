@@ -30,6 +30,7 @@
 #include "launcher/ModelSetup.h"
 #include "launcher/OutputLock.h"
 #include "launcher/Planning.h"
+#include "launcher/SafeTensors.h"
 #include "launcher/Supervisor.h"
 #include "launcher/TimelineSvg.h"
 #include "launcher/Trainer.h"
@@ -152,16 +153,42 @@ int runTraceShow(const sluice::CommandLine& a) {
   return 0;
 }
 
-// sluice export: the checkpoint's parameters and buffers (by module path) put
-// into the module at model.path and saved to -o (models/TorchScript.h).
+// The checkpoint's parameters and buffers, by module path, as safetensors:
+// -o a directory (its model.safetensors, as from_pretrained reads) or a
+// *.safetensors file.
+int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& manifest, const std::string& dir,
+                      const std::string& output) {
+  auto setup = sluice::makeModelSetup(config);
+  std::vector<std::string> names;
+  for (auto& p : setup.module->named_parameters()) names.push_back(p.key());
+  for (auto& b : setup.module->named_buffers()) names.push_back(b.key());
+  const auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
+  std::string file = output;
+  if (fs::path(output).extension() != ".safetensors") {
+    fs::create_directories(output);
+    file = (fs::path(output) / "model.safetensors").string();
+  }
+  sluice::saveSafeTensors(file, state.tensors, {{"format", "pt"}, {"sluice_step", std::to_string(manifest.step)}});
+  std::cout << "wrote " << file << ": the " << state.tensors.size() << " parameters and buffers of " << dir
+            << " (step " << manifest.step << ")" << std::endl;
+  return 0;
+}
+
+// sluice export: the checkpoint's parameters and buffers (by module path)
+// put into the module at model.path and saved to -o (torchscript,
+// models/TorchScript.h), or written as safetensors (launcher/SafeTensors.h).
 int runExport(const sluice::CommandLine& a) {
   auto config = sluice::Config::load(a.config, a.overrides);
-  if (config.model.kind != sluice::ModelKind::TorchScript) {
-    throw sluice::ConfigError("sluice export writes TorchScript models; " + a.config + " has model.name " +
-                              sluice::modelName(config.model.kind) + " (its checkpoints load with checkpoint.resume)");
+  const bool torchscript = config.model.kind == sluice::ModelKind::TorchScript;
+  const std::string format = !a.format.empty() ? a.format : torchscript ? "torchscript" : "safetensors";
+  if (format == "torchscript" && !torchscript) {
+    throw sluice::ConfigError("sluice export --format torchscript writes TorchScript models; " + a.config +
+                              " has model.name " + sluice::modelName(config.model.kind) +
+                              ": use --format safetensors (or resume its checkpoints with checkpoint.resume)");
   }
   if (a.checkpoint.empty() || a.output.empty()) {
-    throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o model.pt\n\n" + sluice::commandLineUsage());
+    throw sluice::ConfigError("sluice: usage: sluice export CONFIG --checkpoint DIR -o OUTPUT [--format F]\n\n" +
+                              sluice::commandLineUsage());
   }
   std::string dir = a.checkpoint;
   if (!fs::exists(fs::path(dir) / "manifest.yaml") && fs::exists(fs::path(dir) / "latest")) {
@@ -172,6 +199,7 @@ int runExport(const sluice::CommandLine& a) {
   sluice::CheckpointLayout layout;
   layout.model = sluice::modelFields(config);
   const auto manifest = sluice::openCheckpoint(dir, layout);
+  if (format == "safetensors") return exportSafeTensors(config, manifest, dir, a.output);
   const auto names = sluice::models::torchScriptTensorNames(config.model.path);
   const auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
   sluice::models::exportModule(config.model.path, state.tensors, a.output);

@@ -164,6 +164,40 @@ print(f"ok: sluice export: step 10 equals model.pt in all {len(final)} tensors; 
 PY
 expect_failure export_other_model "model.path" "$TMP/other.pt" -- \
   "$SLUICE" export "$TMP/ts.yaml" --set model.path="$TMP/exported5.pt" --checkpoint "$TMP/one/checkpoints" -o "$TMP/other.pt"
+# safetensors (launcher/SafeTensors.h): the step-10 checkpoint exported as
+# safetensors, read by Python's safetensors, equals model.pt's state_dict
+# bitwise. A run from the initial model.path with model.weights set to a file
+# Python's safetensors wrote from model.pt's weights computes at step 0 the
+# loss Python computes with them (the initial file's loss differs). Then
+# the refusals: a wrong shape, a missing parameter, a file that is not
+# safetensors.
+"$SLUICE" export "$TMP/ts.yaml" --checkpoint "$TMP/one/checkpoints" --format safetensors -o "$TMP/st10" \
+  >"$TMP/st10.log" 2>&1 || { cat "$TMP/st10.log"; fail "sluice export --format safetensors"; }
+"$PY" - "$TMP" <<'PY' || fail "safetensors export"
+import sys, torch
+from safetensors.torch import load_file, save_file
+d = sys.argv[1]
+final = dict(torch.jit.load(f"{d}/one/model.pt").state_dict())
+st = load_file(f"{d}/st10/model.safetensors")
+assert set(st) == set(final), sorted(set(st) ^ set(final))
+assert all(st[k].dtype == final[k].dtype and torch.equal(st[k], final[k]) for k in final)
+save_file({k: v.contiguous() for k, v in final.items()}, f"{d}/weights.safetensors")
+two_d = next(k for k, v in final.items() if v.dim() == 2 and v.shape[0] != v.shape[1])
+save_file({k: (v.t() if k == two_d else v).contiguous() for k, v in final.items()}, f"{d}/bad_shape.safetensors")
+save_file({k: v.contiguous() for k, v in final.items() if k != two_d}, f"{d}/missing.safetensors")
+print(f"ok: export --format safetensors equals model.pt in all {len(final)} tensors (safetensors.torch.load_file)")
+PY
+train from_weights --set model.weights="$TMP/weights.safetensors" --set training.steps=1 --set logging.interval=1
+paste "$TMP/exported.loss" <(losses "$TMP/from_weights/metrics.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; r = d / $1; printf "model.weights step-0 loss: Python %s, Sluice %s (relative %g)\n", $1, $2, r; exit (r > 1e-5) }' ||
+  fail "Sluice from model.weights and Python disagree"
+for bad in bad_shape:"but the model's is" missing:"lacks 1 of the model's" model:"not safetensors"; do
+  file=${bad%%:*}
+  ext=safetensors
+  [ "$file" = model ] && ext=pt
+  expect_failure "weights_$file" "${bad#*:}" "$TMP/weights_$file" -- \
+    "$SLUICE" train "$TMP/ts.yaml" --set job.output_dir="$TMP/weights_$file" --set model.weights="$TMP/$file.$ext"
+done
 
 # A CNN with BatchNorm (models/export_example.py --model cnn) on Fashion-MNIST, against PyTorch the same
 # way: 1 stage, 2 stages, 2 stages x 2 replicas (DistAdam). Evaluation (eval mode: BatchNorm's running

@@ -1,0 +1,167 @@
+#include "launcher/SafeTensors.h"
+
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/Error.h"
+#include "core/Files.h"
+
+namespace sluice {
+namespace {
+
+using Json = nlohmann::json;
+
+struct DtypeName {
+  c10::ScalarType type;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {
+    {c10::kDouble, "F64"}, {c10::kFloat, "F32"}, {c10::kHalf, "F16"},  {c10::kBFloat16, "BF16"}, {c10::kLong, "I64"},
+    {c10::kInt, "I32"},    {c10::kShort, "I16"}, {c10::kChar, "I8"},   {c10::kByte, "U8"},       {c10::kBool, "BOOL"}};
+
+const char* dtypeName(c10::ScalarType type) {
+  for (auto& d : kDtypes) {
+    if (d.type == type) return d.name;
+  }
+  throw Error(std::string("safetensors: no dtype for ") + c10::toString(type));
+}
+
+std::optional<c10::ScalarType> dtypeOf(const std::string& name) {
+  for (auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  return std::nullopt;
+}
+
+std::string shapeText(c10::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+// One entry of the header, checked against the data's size.
+torch::Tensor readEntry(const std::string& path, const std::string& name, const Json& e, const char* data,
+                        int64_t dataBytes) {
+  auto bad = [&](const std::string& why) { return DataError("safetensors file '" + path + "': tensor '" + name + "' " + why); };
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets")) {
+    throw bad("needs dtype, shape and data_offsets");
+  }
+  const auto type = e["dtype"].is_string() ? dtypeOf(e["dtype"].get<std::string>()) : std::nullopt;
+  if (!type) throw bad("has dtype " + e["dtype"].dump() + " (Sluice reads F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  std::vector<int64_t> shape;
+  for (auto& d : e["shape"]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("has shape " + e["shape"].dump());
+    shape.push_back(d.get<int64_t>());
+  }
+  const auto& off = e["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer()) {
+    throw bad("has data_offsets " + off.dump() + " (expected [begin, end])");
+  }
+  const int64_t begin = off[0].get<int64_t>(), end = off[1].get<int64_t>();
+  auto t = torch::empty(shape, torch::TensorOptions().dtype(*type));
+  const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+  if (begin < 0 || end < begin || end > dataBytes) {
+    throw bad("lies at bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ") of a data section of " +
+              std::to_string(dataBytes) + ": the file is truncated or not safetensors");
+  }
+  if (end - begin != bytes) {
+    throw bad("has " + std::to_string(end - begin) + " bytes but shape " + shapeText(shape) + " of " +
+              e["dtype"].get<std::string>() + " needs " + std::to_string(bytes));
+  }
+  if (bytes > 0) std::memcpy(t.data_ptr(), data + begin, static_cast<size_t>(bytes));
+  return t;
+}
+
+}  // namespace
+
+void saveSafeTensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  Json header = Json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<torch::Tensor> bodies;
+  int64_t offset = 0;
+  for (auto& [name, tensor] : tensors) {  // (a std::map: in name order)
+    auto t = tensor.detach().to(torch::kCPU).contiguous();
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    header[name] = {{"dtype", dtypeName(t.scalar_type())}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    bodies.push_back(std::move(t));
+  }
+  std::string json = header.dump();
+  json.append((8 - (8 + json.size()) % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::string out(8, '\0');
+  uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += json;
+  out.reserve(out.size() + static_cast<size_t>(offset));
+  for (auto& t : bodies) out.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  writeFileAtomically(path, out);
+}
+
+std::map<std::string, torch::Tensor> loadSafeTensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SLUICE_CHECK(in, DataError, "safetensors file '" << path << "' cannot be opened");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  SLUICE_CHECK(bytes.size() >= 8, DataError, "safetensors file '" << path << "' has " << bytes.size()
+                                                                   << " bytes: too short for the format's header");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  SLUICE_CHECK(n <= bytes.size() - 8, DataError,
+               "safetensors file '" << path << "': its header claims " << n << " bytes but the file has "
+                                    << bytes.size() << ": it is truncated or not safetensors");
+  Json header;
+  try {
+    header = Json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  } catch (const Json::exception& e) {
+    throw DataError("safetensors file '" + path + "': the header is not JSON (" + e.what() + "): not safetensors");
+  }
+  SLUICE_CHECK(header.is_object(), DataError, "safetensors file '" << path << "': the header is not a JSON object");
+  const char* data = bytes.data() + 8 + n;
+  const int64_t dataBytes = static_cast<int64_t>(bytes.size() - 8 - n);
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, entry] : header.items()) {
+    if (name != "__metadata__") out[name] = readEntry(path, name, entry, data, dataBytes);
+  }
+  return out;
+}
+
+int64_t loadWeights(torch::nn::Module& module, const std::string& path) {
+  std::map<std::string, torch::Tensor> file;
+  try {
+    file = loadSafeTensors(path);
+  } catch (const DataError& e) {
+    throw ConfigError(std::string("config error: model.weights: ") + e.what());
+  }
+  std::map<std::string, torch::Tensor> mine;
+  for (auto& p : module.named_parameters()) mine[p.key()] = p.value();
+  for (auto& b : module.named_buffers()) mine[b.key()] = b.value();
+  auto error = [&](const std::string& why) { return ConfigError("config error: model.weights '" + path + "': " + why); };
+  for (auto& [name, t] : file) {
+    auto it = mine.find(name);
+    if (it == mine.end()) {
+      throw error("holds '" + name + "', which is no parameter or buffer of the model (its names are module paths, e.g. '" +
+                  mine.begin()->first + "')");
+    }
+    if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
+      throw error("'" + name + "' is " + c10::toString(t.scalar_type()) + shapeText(t.sizes()) + " but the model's is " +
+                  c10::toString(it->second.scalar_type()) + shapeText(it->second.sizes()));
+    }
+  }
+  int64_t missing = 0;
+  std::string first;
+  for (auto& p : module.named_parameters()) {
+    if (!file.count(p.key()) && missing++ == 0) first = p.key();
+  }
+  if (missing > 0) {
+    throw error("lacks " + std::to_string(missing) + " of the model's " + std::to_string(module.named_parameters().size()) +
+                " parameters, the first '" + first + "' (export a checkpoint with `sluice export --format safetensors`)");
+  }
+  torch::NoGradGuard noGrad;
+  for (auto& [name, t] : file) mine.at(name).copy_(t);
+  return static_cast<int64_t>(file.size());
+}
+
+}  // namespace sluice
