@@ -272,6 +272,7 @@ Config readKeys(const YAML::Node& root) {
 struct KeyLister {
   std::vector<std::string>& out;
   std::string prefix;
+  std::vector<std::pair<std::string, std::vector<std::string>>>* choices = nullptr;  // the table-typed keys' names
   template <class T>
   void key(const char* name, T&, bool /*shown*/ = true) {
     out.push_back(prefix + name);
@@ -280,9 +281,16 @@ struct KeyLister {
   void choice(const char* name, T&, const A&, const B&) {
     out.push_back(prefix + name);
   }
+  template <class T>
+  void choice(const char* name, T&, const std::vector<Choice<T>>& table, const char*) {
+    out.push_back(prefix + name);
+    if (!choices) return;
+    choices->push_back({prefix + name, {}});
+    for (auto& row : table) choices->back().second.push_back(row.name);
+  }
   template <class F>
   void section(const char* name, F visit) {
-    KeyLister sub{out, prefix + name + "."};
+    KeyLister sub{out, prefix + name + ".", choices};
     visit(sub);
   }
   template <class F>
@@ -407,6 +415,15 @@ std::vector<std::string> configKeys() {
   KeyLister lister{keys, ""};
   visitKeys(lister, c);
   return keys;
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> configChoiceNames() {
+  std::vector<std::string> keys;
+  std::vector<std::pair<std::string, std::vector<std::string>>> choices;
+  Config c;
+  KeyLister lister{keys, "", &choices};
+  visitKeys(lister, c);
+  return choices;
 }
 
 Config Config::fromYamlText(const std::string& text, const std::vector<std::string>& overrides,

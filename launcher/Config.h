@@ -253,5 +253,8 @@ struct Config {
 // for nested ones), in the order the parser reads them: the README's key
 // table is checked against it.
 std::vector<std::string> configKeys();
+// The keys typed by a Choice table, each with its table's names in order
+// (README.md's key table is checked to name them all).
+std::vector<std::pair<std::string, std::vector<std::string>>> configChoiceNames();
 
 }  // namespace sluice

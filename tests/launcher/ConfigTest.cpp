@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -225,6 +226,7 @@ TEST(Config, TheReadmeTableListsEveryKeyAndNoOther) {
   std::ifstream readme(source / "README.md");
   ASSERT_TRUE(readme) << "no README.md in " << source << ": set SLUICE_SOURCE_DIR to the source folder";
   std::set<std::string> documented;
+  std::map<std::string, std::string> rows;  // key -> its row
   const std::regex row(R"(^\| `([a-z_]+)\.([a-z0-9_.]+(, [a-z0-9_.]+)*)` \|)");
   std::string line;
   std::smatch m;
@@ -233,6 +235,7 @@ TEST(Config, TheReadmeTableListsEveryKeyAndNoOther) {
     std::stringstream names(m[2].str());
     for (std::string name; std::getline(names, name, ',');) {
       documented.insert(m[1].str() + "." + name.substr(name.find_first_not_of(' ')));
+      rows[m[1].str() + "." + name.substr(name.find_first_not_of(' '))] = line;
     }
   }
   const auto keys = configKeys();
@@ -241,6 +244,16 @@ TEST(Config, TheReadmeTableListsEveryKeyAndNoOther) {
   EXPECT_GT(keys.size(), 50u);
   for (auto& k : accepted) EXPECT_TRUE(documented.count(k)) << k << " is accepted but not in README.md's key table";
   for (auto& k : documented) EXPECT_TRUE(accepted.count(k)) << k << " is in README.md's key table but not accepted";
+  // A key typed by a Choice table: its row names every choice (in backticks).
+  const auto choices = configChoiceNames();
+  EXPECT_GE(choices.size(), 10u);
+  for (auto& [key, names] : choices) {
+    ASSERT_TRUE(rows.count(key)) << key;
+    for (auto& name : names) {
+      EXPECT_NE(rows.at(key).find("`" + name + "`"), std::string::npos)
+          << "README.md's row for " << key << " does not name its choice " << name;
+    }
+  }
 }
 
 TEST(Config, CheckpointAndClusterDefaults) {
