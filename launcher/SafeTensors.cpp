@@ -50,7 +50,12 @@ torch::Tensor readEntry(const std::string& path, const std::string& name, const 
     throw bad("needs dtype, shape and data_offsets");
   }
   const auto type = e["dtype"].is_string() ? dtypeOf(e["dtype"].get<std::string>()) : std::nullopt;
-  if (!type) throw bad("has dtype " + e["dtype"].dump() + " (Sluice reads F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  if (!type) {
+    std::string names;
+    for (auto& d : kDtypes) names += (names.empty() ? "" : ", ") + std::string(d.name);
+    throw bad("has dtype " + e["dtype"].dump() + " (Sluice reads " + names + ")");
+  }
+  if (!e["shape"].is_array()) throw bad("has shape " + e["shape"].dump() + " (expected a list of sizes)");
   std::vector<int64_t> shape;
   for (auto& d : e["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("has shape " + e["shape"].dump());
@@ -128,6 +133,13 @@ std::map<std::string, torch::Tensor> loadSafeTensors(const std::string& path) {
   return out;
 }
 
+std::map<std::string, torch::Tensor> namedTensors(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& p : module.named_parameters()) out[p.key()] = p.value();
+  for (auto& b : module.named_buffers()) out[b.key()] = b.value();
+  return out;
+}
+
 int64_t loadWeights(torch::nn::Module& module, const std::string& path) {
   std::map<std::string, torch::Tensor> file;
   try {
@@ -135,9 +147,7 @@ int64_t loadWeights(torch::nn::Module& module, const std::string& path) {
   } catch (const DataError& e) {
     throw ConfigError(std::string("config error: model.weights: ") + e.what());
   }
-  std::map<std::string, torch::Tensor> mine;
-  for (auto& p : module.named_parameters()) mine[p.key()] = p.value();
-  for (auto& b : module.named_buffers()) mine[b.key()] = b.value();
+  const auto mine = namedTensors(module);
   auto error = [&](const std::string& why) { return ConfigError("config error: model.weights '" + path + "': " + why); };
   for (auto& [name, t] : file) {
     auto it = mine.find(name);

@@ -28,6 +28,10 @@ void saveSafeTensors(const std::string& path, const std::map<std::string, torch:
                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 std::map<std::string, torch::Tensor> loadSafeTensors(const std::string& path);
 
+// A module's parameters and buffers by module path (the names checkpoints,
+// exports and model.weights use).
+std::map<std::string, torch::Tensor> namedTensors(const torch::nn::Module& module);
+
 // model.weights: copies the file's tensors into the module's parameters and
 // buffers of the same names (no grad; tied names share storage and take the
 // file's value). ConfigError naming the key and the tensor when a name is

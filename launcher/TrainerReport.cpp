@@ -271,11 +271,8 @@ void Trainer::reportRankTables(double measuredCompute, const RankPrediction& pre
 // the machine's limit the run came. Collective.
 void Trainer::reportUtilisation() {
   const double forward = graph_ ? forwardFlops(*graph_, 0, graph_->numNodes()) : 0;
-  const auto dtype = c_.training.precision == Precision::Bf16   ? c10::kBFloat16
-                     : c_.training.precision == Precision::Fp16 ? c10::kHalf
-                                                                : c10::kFloat;
   world_.barrier();
-  auto peak = torch::tensor({measureMatmulRate(device_, dtype, 0.3)}, torch::kDouble);
+  auto peak = torch::tensor({measureMatmulRate(device_, setup_.computeType, 0.3)}, torch::kDouble);
   world_.allReduce(peak);
   if (rank_ != 0 || counters_.steps == 0 || forward <= 0) return;
   const double model = 3 * forward * c_.pipeline.microbatches * c_.pipeline.dataParallel;

@@ -160,8 +160,7 @@ int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& mani
                       const std::string& output) {
   auto setup = sluice::makeModelSetup(config);
   std::vector<std::string> names;
-  for (auto& p : setup.module->named_parameters()) names.push_back(p.key());
-  for (auto& b : setup.module->named_buffers()) names.push_back(b.key());
+  for (auto& [name, tensor] : sluice::namedTensors(*setup.module)) names.push_back(name);
   const auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
   std::string file = output;
   if (fs::path(output).extension() != ".safetensors") {
