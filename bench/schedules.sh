@@ -23,22 +23,13 @@ py=$SLUICE_PYTHON  # torch 2.11, the PyTorch side (scripts/setup.sh)
 $py -c "import torch" 2>/dev/null || { echo "bench/schedules: needs torch in $py (scripts/setup.sh installs it)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# "SCHEDULE M [unit]": unit runs zb-h1 / interleaved-zb in the unit-cost order
-# (pipeline.fit_schedule: false) instead of fitted to the plan's stage times.
+# "SCHEDULE M [unit]" (bench/lib.sh's quickstart_args).
 configs=("1f1b 4" "zb-h1 4" "zb-h1 4 unit" "interleaved 4" "interleaved-zb 4" "gpipe 4" "1f1b 8" "zb-h1 8"
          "zb-h1 8 unit" "interleaved 8" "interleaved-zb 8")
 if [ -n "${BENCH_CONFIGS:-}" ]; then IFS=';' read -r -a configs <<<"$BENCH_CONFIGS"; fi
 # Sluice keeps freed memory in its heap (core/HeapPolicy.h); PyTorch is also
 # run with the same glibc settings, as a second peer.
 heap_kept=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
-shape_args() {  # microbatches -> the job's shape (2 stages x 1 thread, global batch 16)
-  echo --set pipeline.stages=2 --set pipeline.microbatches="$1" --set training.micro_batch_size=$((16 / $1)) \
-    --set training.global_batch_size=16 --set job.threads_per_rank=1
-}
-config_args() {  # schedule microbatches [unit]
-  echo $(shape_args "$2") --set pipeline.schedule="$1" \
-    --set pipeline.fit_schedule=$([ "${3:-}" = unit ] && echo false || echo true)
-}
 name_of() { echo "$1/m=$2${3:+/$3}"; }
 plan_of() { echo "$tmp/plan_$(name_of "$@" | tr / _).pb"; }  # schedule microbatches [unit] -> its plan file
 torch_run() {  # [GLIBC_TUNABLES] -> median step time
@@ -46,44 +37,25 @@ torch_run() {  # [GLIBC_TUNABLES] -> median step time
      sed -n 's/step_time_s=//p')
 }
 sluice_run() {  # schedule microbatches [unit] -> "median step time, model GFLOP per step, peak GFLOP/s"
-  local name out
-  name=$(name_of "$@" | tr / _)
-  out="$tmp/run_$name"
-  rm -rf "$out"
-  "$sluice" train "$root/configs/quickstart.yaml" $(config_args "$@") --set pipeline.plan="$(plan_of "$@")" \
-    --set training.steps="$steps" --set logging.interval="$steps" \
-    --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
-    >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
-  # The trainer's utilisation line: the model's work per step and what the
-  # ranks' matrix products reach together, measured in the same run.
-  echo "$(median_step_time "$out/metrics.jsonl") $(sed -n 's/.*utilisation: \([0-9.]*\) GFLOP .* of the \([0-9.]*\) GFLOP\/s.*/\1 \2/p' "$out.log" | sed -n 1p)"
+  quickstart_train "$(plan_of "$@")" "$tmp/run_$(name_of "$@" | tr / _)" "$steps" "$@"
 }
 echo "bench/schedules: quickstart GPT (4 x 192, block 128), global batch 16, $rounds rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
 # Plans, once: one profile per micro-batch size (on 2 ranks, as training runs), one plan per configuration.
-for c in "${configs[@]}"; do
-  set -- $c
-  prof="$tmp/profile_m$2.pb"
-  if [ ! -f "$prof" ]; then
-    "$sluice" profile "$root/configs/quickstart.yaml" -o "$prof" $(shape_args "$2") >"$prof.log" 2>&1 ||
-      { cat "$prof.log" >&2; exit 1; }
-  fi
-  plan=$(plan_of "$@")
-  "$sluice" partition "$root/configs/quickstart.yaml" --profile "$prof" -o "$plan" $(config_args "$@") \
-    >"$plan.log" 2>&1 || { cat "$plan.log" >&2; exit 1; }
-done
+for c in "${configs[@]}"; do quickstart_plan "$(plan_of $c)" $c; done
 echo "  planned ${#configs[@]} configurations" >&2
 results="$tmp/results"  # lines: round position name seconds [model GFLOP per step, peak GFLOP/s]
 : >"$results"
 for r in $(seq 1 "$rounds"); do
   pos=0
-  echo "$r $((pos++)) torch $(torch_run)" >>"$results"
-  echo "$r $((pos++)) torch-heap-kept $(torch_run "$heap_kept")" >>"$results"
+  # Each run assigned first: a failed run stops the bench.
+  run=$(torch_run); echo "$r $((pos++)) torch $run" >>"$results"
+  run=$(torch_run "$heap_kept"); echo "$r $((pos++)) torch-heap-kept $run" >>"$results"
   for c in "${configs[@]}"; do
-    echo "$r $((pos++)) torch $(torch_run)" >>"$results"
-    echo "$r $((pos++)) $(name_of $c) $(sluice_run $c)" >>"$results"
+    run=$(torch_run); echo "$r $((pos++)) torch $run" >>"$results"
+    run=$(sluice_run $c); echo "$r $((pos++)) $(name_of $c) $run" >>"$results"
   done
-  echo "$r $((pos++)) torch $(torch_run)" >>"$results"
+  run=$(torch_run); echo "$r $((pos++)) torch $run" >>"$results"
   echo "  round $r/$rounds done" >&2
 done
 $py - "$results" "$heap_kept" <<'PY'

@@ -15,6 +15,7 @@
 #include "launcher/data/TokenFile.h"
 #include "optim/LossScaler.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 namespace {
@@ -282,14 +283,19 @@ void validateBatches(Config& c) {
 
 void validateChunksAndCuts(Config& c) {
   auto& p = c.pipeline;
-  // pipeline.chunks: stages per rank under interleaved and interleaved-zb
-  // (default 2). Under auto it is what they would use, where they can run (2
-  // by default there, else 1: not candidates).
+  // pipeline.chunks: stages per rank under interleaved, interleaved-zb and
+  // zbv (default 2; zbv: exactly 2). Under auto it is what they would use,
+  // where they can run (2 by default there, else 1: not candidates).
   const bool interleaved = pipeline::interleavesStages(p.schedule), autoSchedule = p.schedule == "auto";
+  const auto* kind = pipeline::findScheduleKind(p.schedule);
+  const bool vShape = kind && kind->vShape;
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
   require(p.chunks <= 1 || interleaved || autoSchedule,
           "pipeline.chunks = " + std::to_string(p.chunks) +
-              " (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb or auto, got '" + p.schedule + "'");
+              " (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb, zbv or auto, got '" + p.schedule + "'");
+  require(!vShape || p.chunks == 0 || p.chunks == 2,
+          "pipeline.schedule " + p.schedule + " places exactly 2 stages per rank (in a V), but pipeline.chunks is " +
+              std::to_string(p.chunks) + ": set pipeline.chunks: 2 or leave it out");
   if (p.chunks == 0) {
     const bool canInterleave =
         p.stages >= 2 && p.microbatches % p.stages == 0;
@@ -300,7 +306,7 @@ void validateChunksAndCuts(Config& c) {
         interleaved ? "pipeline.schedule " + p.schedule : "pipeline.chunks > 1 (interleaved under auto)";
     require(p.stages >= 2, who + " needs pipeline.stages >= 2 (it spreads each rank's work over pipeline.chunks "
                                  "stages); got " + std::to_string(p.stages));
-    require(p.microbatches % p.stages == 0,
+    require(vShape || p.microbatches % p.stages == 0,
             who + " takes micro-batches pipeline.stages at a time: pipeline.microbatches (" +
                 std::to_string(p.microbatches) + ") must be a multiple of pipeline.stages (" +
                 std::to_string(p.stages) + ")");

@@ -35,8 +35,8 @@ std::vector<int> mapEvalCuts(const OpGraph& train, const OpGraph& eval, const st
 
 Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph,
                      const std::vector<int>& cuts, int stageIndex, int dpRank, Communicator pipelineComm,
-                     Communicator dpComm, int chunks, std::vector<Communicator> boundaryComms)
-    : c_(config), stageIndex_(stageIndex), dpRank_(dpRank), classifier_(!setup.targetsAreInputs),
+                     Communicator dpComm, const pipeline::Schedule& schedule, std::vector<Communicator> boundaryComms)
+    : c_(config), dpRank_(dpRank), classifier_(!setup.targetsAreInputs),
       device_(setup.device), dpComm_(std::move(dpComm)) {
   const auto evalGraph = setup.captureEval(config.training.microBatchSize);
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
@@ -54,10 +54,8 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
     slice_ = [d = images.get()](int64_t b, int64_t e) { return d->slice(b, e); };
     data_ = std::move(images);
   }
-  // Only the stage-to-rank map of the schedule matters here (evaluateMicroBatch() runs no schedule).
-  const int p = config.pipeline.stages;
-  const auto schedule = chunks > 1 ? pipeline::makeInterleaved1F1B(p, chunks, p) : pipeline::makeGPipe(p, 1);
-  for (size_t s = stageIndex; s < stages.size(); s += p) {
+  // Only the training schedule's stage-to-rank map matters here (evaluateMicroBatch() runs no schedule).
+  for (int s : schedule.placement().stagesOf(stageIndex)) {
     workers_.push_back(std::make_unique<pipeline::StageWorker>(stages[s], setup.tensorsByName(stages[s].paramInputs),
                                                                pipelineComm, schedule, setup.loss, ExecMode::Eager,
                                                                boundaryComms, setup.device));
@@ -81,7 +79,8 @@ EvalResult Evaluator::run() {
     for (auto& w : workers_) w->evaluateMicroBatch(mine[mb], static_cast<int>(mb), classifier_, sums);
   }
   EvalResult r;
-  if (stageIndex_ != c_.pipeline.stages - 1) return r;
+  for (auto& w : workers_) w->endStep();  // the last sends (evaluateMicroBatch() sends without waiting)
+  if (!workers_.back()->isLast()) return r;
   auto t = torch::tensor({sums.loss, sums.correct, sums.samples}, torch::kDouble);
   dpComm_.allReduce(t);
   if (dpRank_ != 0) return r;

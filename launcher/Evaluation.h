@@ -48,17 +48,18 @@ struct EvalResult {
 
 class Evaluator {
  public:
-  // cuts: the training split (every stage of every rank); chunks: stages per
-  // rank (interleaved: stages stageIndex, stageIndex + stages, ..., talking
-  // on boundaryComms as in training, StageWorker.h).
+  // cuts: the training split (every stage of every rank); schedule: the
+  // training schedule, whose placement says which stages this pipeline rank
+  // (stageIndex) hosts (several under interleaved and zbv, talking on
+  // boundaryComms as in training, StageWorker.h).
   Evaluator(const Config& config, const ModelSetup& setup, const OpGraph& trainGraph, const std::vector<int>& cuts,
-            int stageIndex, int dpRank, Communicator pipelineComm, Communicator dpComm, int chunks = 1,
-            std::vector<Communicator> boundaryComms = {});
+            int stageIndex, int dpRank, Communicator pipelineComm, Communicator dpComm,
+            const pipeline::Schedule& schedule, std::vector<Communicator> boundaryComms = {});
   EvalResult run();
 
  private:
   const Config& c_;
-  int stageIndex_, dpRank_;
+  int dpRank_;
   bool classifier_;  // accuracy too (not when the model returns its own loss)
   c10::Device device_;  // where the stages run (the model's device)
   Communicator dpComm_;

@@ -119,7 +119,9 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
   std::vector<const pipeline::ScheduleKind*> kinds;
   for (auto& k : pipeline::scheduleKinds()) {
-    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved))) kinds.push_back(&k);
+    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
+      kinds.push_back(&k);
+    }
   }
   std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
   std::vector<std::string> candidates;
@@ -142,7 +144,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
   if (why) {
     *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
-           "; zb-h1 and interleaved-zb with the profiled weight-gradient share of each stage's backward)";
+           "; zb-h1, interleaved-zb and zbv with the profiled weight-gradient share of each stage's backward)";
   }
   return std::move(*best);
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/Files.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice {
 namespace {
@@ -58,11 +59,12 @@ double clockOffsetUs(const Communicator& world) {
 
 // Rank 0: the measured vs predicted table (see the header).
 // The plan's busy time and bubble for pipeline rank s ("-" without a plan):
-// its stages' (several under interleaved: s, s + stages, ...).
+// its stages' (several under interleaved: s, s + stages, ...; zbv: s and 2 stages - 1 - s).
 std::pair<std::string, std::string> predictedBusy(const partition::Plan* plan, int s, int stages) {
   if (!plan || s >= static_cast<int>(plan->stages.size()) || plan->stepTime <= 0) return {"-", "-"};
   double pb = 0;
-  for (size_t k = s; k < plan->stages.size(); k += stages) pb += plan->microBatches * plan->stages[k].time * 1e3;
+  const auto placement = pipeline::placementOf(plan->schedule, stages, plan->chunks);
+  for (int k : placement.stagesOf(s)) pb += plan->microBatches * plan->stages[k].time * 1e3;
   char busy[32], bubble[32];
   std::snprintf(busy, sizeof(busy), "%.2f", pb);
   std::snprintf(bubble, sizeof(bubble), "%.1f%%", 100 * (1 - pb / (plan->stepTime * 1e3)));

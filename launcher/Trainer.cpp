@@ -193,7 +193,8 @@ void Trainer::plan() {
                "config error: the split has " << stages.size() << " stages but the job runs pipeline.stages ("
                                               << c_.pipeline.stages << ") x " << chunks_ << " per rank");
   std::set<std::string> named;
-  for (size_t s = stageIndex_; s < stages.size(); s += c_.pipeline.stages) {
+  placement_ = pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr), c_.pipeline.stages, chunks_);
+  for (int s : placement_.stagesOf(stageIndex_)) {
     stages_.push_back(stages[s]);
     memoryPlans_.push_back(plan_ ? memoryPlanFor(*plan_, static_cast<int>(s), c_) : memory::MemoryPlan{});
     for (auto& name : stages[s].paramInputs) {
@@ -225,7 +226,7 @@ void Trainer::trainableAndTied(const std::vector<StageGraph>& stages) {
   // Note [tied parameters] (Trainer.h): the same on every rank (every rank splits the whole graph).
   std::map<std::string, std::set<int>> holders;
   for (size_t s = 0; s < stages.size(); ++s) {
-    for (auto& name : stages[s].paramInputs) holders[name].insert(static_cast<int>(s) % c_.pipeline.stages);
+    for (auto& name : stages[s].paramInputs) holders[name].insert(placement_.rankOf(static_cast<int>(s)));
   }
   for (auto& [name, ranks] : holders) {
     if (ranks.size() > 1 && setup_.tensorsByName({name})[0].requires_grad()) {
@@ -259,7 +260,7 @@ void Trainer::buildStage() {
   buildWorkers(schedule);
   if (c_.training.evalInterval > 0) {
     evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_,
-                                             chunks_, boundaryComms_);
+                                             schedule, boundaryComms_);
   }
   if (c_.logging.measureMemory && !hasMemoryPlan(*worker_)) {
     savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
@@ -332,7 +333,7 @@ void Trainer::openOutputs() {
 }
 
 pipeline::Schedule Trainer::rankSchedule() const {
-  // With a plan for this schedule, zb-h1 and interleaved-zb are fitted to its
+  // With a plan for this schedule, zb-h1, interleaved-zb and zbv are fitted to its
   // stage times, as its prediction was (every rank reads the same plan file).
   const auto scheduleName = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
   std::optional<pipeline::ScheduleCosts> costs;
@@ -405,6 +406,7 @@ void Trainer::buildOptimizer() {
   o.bucketBytes = static_cast<int64_t>(c_.optimizer.distAdamBucketMb * 1048576.0);
   o.expectedRanks = c_.pipeline.dataParallel;
   o.accumulationSteps = c_.pipeline.microbatches;  // reduce on the last micro-batch's backward
+  o.readers = worker_->readersOfTrainableParameters();
   optimizer_ = optim::makeTrainingOptimizer(o, worker_->trainableParameters(), dpComm_);
   if (o.kind == optim::OptimizerKind::DistAdam) log::info(optimizer_->describe());
   if (c_.logging.trace) {

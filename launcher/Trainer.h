@@ -155,9 +155,11 @@ class Trainer {
   std::optional<RankState> restored_;  // this rank's part of it, read in plan(), applied in restore()
   bool resumeSameLayout_ = false;
   // This rank's stages (one, or pipeline.chunks under interleaved: stages
-  // rank, rank + stages, ...), their memory plans, and the names of the
-  // parameters and buffers they read (each once, in stage order).
+  // rank, rank + stages, ...; zbv: rank and 2 stages - 1 - rank; placement_),
+  // their memory plans, and the names of the parameters and buffers they read
+  // (each once, in stage order).
   int chunks_ = 1;
+  pipeline::Placement placement_;
   std::vector<StageGraph> stages_;
   std::vector<memory::MemoryPlan> memoryPlans_;
   std::vector<std::string> paramNames_;

@@ -33,6 +33,7 @@ struct DistAdam::Slot {
   int64_t offset = 0, numel = 0;  // in the bucket's flat buffer
   int64_t step = 0;
   int accumulated = 0;
+  int expected = 1;  // accumulations per step (setAccumulationSteps)
   std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the hook lives on it
   uintptr_t hookKey = 0;
 };
@@ -161,17 +162,27 @@ void DistAdam::checkSameShapesEverywhere() {
 
 void DistAdam::setAccumulationSteps(int steps) {
   SLUICE_CHECK(steps >= 1, OptimError, "accumulation steps must be >= 1, got " << steps);
-  accumulationSteps_ = steps;
+  for (auto& s : slots_) s->expected = steps;
+}
+
+void DistAdam::setAccumulationSteps(const std::vector<int>& perParameter) {
+  SLUICE_CHECK(perParameter.size() == slots_.size(), OptimError,
+               "setAccumulationSteps: " << perParameter.size() << " counts for " << slots_.size() << " parameters");
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    SLUICE_CHECK(perParameter[i] >= 1, OptimError,
+                 "accumulation steps must be >= 1, got " << perParameter[i] << " for parameter " << i);
+    slots_[i]->expected = perParameter[i];
+  }
 }
 
 void DistAdam::onGradAccumulated(size_t index) {
   auto& s = *slots_[index];
   ++s.accumulated;
-  SLUICE_CHECK(s.accumulated <= accumulationSteps_, OptimError,
+  SLUICE_CHECK(s.accumulated <= s.expected, OptimError,
                "DistAdam parameter " << index << " accumulated " << s.accumulated
-                                     << " gradients this step but setAccumulationSteps(" << accumulationSteps_
+                                     << " gradients this step but setAccumulationSteps(" << s.expected
                                      << ") was set; call step() or zero_grad() between steps");
-  if (mode_ != DistAdamMode::Hooks || s.accumulated != accumulationSteps_) return;
+  if (mode_ != DistAdamMode::Hooks || s.accumulated != s.expected) return;
   auto& b = *buckets_[s.bucket];
   if (++b.ready == static_cast<int>(b.layout.params.size())) launchReduce(s.bucket);
   progressReductions();
@@ -293,9 +304,9 @@ void DistAdam::startReductions() {
     SLUICE_CHECK(s.accumulated > 0 && s.param.grad().defined(), OptimError,
                  "DistAdam::step() called without backward: parameter " << i << " " << s.param.sizes()
                                                                         << " received no gradient this step");
-    SLUICE_CHECK(s.accumulated == accumulationSteps_, OptimError,
+    SLUICE_CHECK(s.accumulated == s.expected, OptimError,
                  "DistAdam::step(): parameter " << i << " received " << s.accumulated << " of "
-                                                << accumulationSteps_ << " gradient accumulations");
+                                                << s.expected << " gradient accumulations");
   }
   if (mode_ != DistAdamMode::Hooks) {
     for (size_t k = 0; k < buckets_.size(); ++k) launchReduce(k);

@@ -107,6 +107,10 @@ class DistAdam : public torch::optim::Optimizer {
 
   // Backward passes (micro-batches) per step; the reduce-scatter starts on the last.
   void setAccumulationSteps(int steps);
+  // The same per parameter (in construction order): a parameter that several
+  // graphs on this rank read (e.g. tied embeddings on zbv's rank 0, which
+  // hosts the first and the last stage) accumulates once per graph per micro-batch.
+  void setAccumulationSteps(const std::vector<int>& perParameter);
   DistAdamMode mode() const { return mode_; }
   // Reductions (one per bucket) started by hooks since the last step().
   int launchedReductions() const { return launched_; }
@@ -162,7 +166,6 @@ class DistAdam : public torch::optim::Optimizer {
   DistAdamMode mode_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  int accumulationSteps_ = 1;
   int launched_ = 0;
   bool reductionsStarted_ = false;  // this step's (startReductions)
   std::deque<size_t> inFlight_;  // buckets whose reduction started and may not have finished, oldest first

@@ -22,7 +22,13 @@ class DistAdamOptimizer final : public TrainingOptimizer {
  public:
   DistAdamOptimizer(const std::vector<torch::Tensor>& params, const Communicator& comm, const OptimizerOptions& o)
       : dist_(params, comm, o.adamw, o.distAdamMode, o.expectedRanks, o.bucketBytes), ranks_(comm.size()) {
-    dist_.setAccumulationSteps(o.accumulationSteps);
+    if (o.readers.empty()) {
+      dist_.setAccumulationSteps(o.accumulationSteps);
+    } else {
+      std::vector<int> steps;
+      for (int r : o.readers) steps.push_back(o.accumulationSteps * r);
+      dist_.setAccumulationSteps(steps);
+    }
   }
   torch::optim::Optimizer& optimizer() override { return dist_; }
   int64_t residentBytes() const override { return dist_.residentBytes(); }

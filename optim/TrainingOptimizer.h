@@ -34,6 +34,9 @@ struct OptimizerOptions {
   int64_t bucketBytes = 25 << 20;
   int expectedRanks = 0;      // DistAdam: > 0, the data-parallel group must have that many ranks
   int accumulationSteps = 1;  // DistAdam: micro-batches per step (reduce on the last one's backward)
+  // DistAdam: how many of this rank's stages read each parameter (empty: 1 each); each
+  // parameter's accumulations per step are accumulationSteps x that.
+  std::vector<int> readers;
 };
 
 class TrainingOptimizer {

@@ -125,6 +125,7 @@ struct Plan {
   void checkMatches(const OpGraph& graph, int stages, const std::string& origin) const;
   // One row per stage: nodes, params, predicted time, memory vs budget, swapped/recomputed bytes.
   std::string table() const;
+  std::string placementText() const;  // which rank hosts which stage, in words (chunks > 1)
   // The decisions of one stage.
   std::vector<TensorDecision> stageDecisions(int stage) const;
 };

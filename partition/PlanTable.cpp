@@ -4,8 +4,18 @@
 #include <sstream>
 
 #include "core/Bytes.h"
+#include "pipeline/Schedule.h"
 
 namespace sluice::partition {
+
+// Which rank hosts which stage, in words (several stages per rank).
+std::string Plan::placementText() const {
+  const int ranks = static_cast<int>(stages.size()) / std::max(1, chunks);
+  if (pipeline::placementOf(schedule, ranks, chunks).v) {
+    return "in a V: rank r hosts stages r and " + std::to_string(2 * ranks - 1) + " - r";
+  }
+  return "stage s on rank s % " + std::to_string(ranks);
+}
 
 std::string Plan::table() const {
   std::ostringstream os;
@@ -15,9 +25,7 @@ std::string Plan::table() const {
                 "plan for graph %s: method %s, memory policy %s, %s, %d micro-batches of %d, data parallel %d, budget %s\n",
                 graphHash.c_str(), partitionMethodName(method), choiceName(memory::memoryPolicies(), policy),
                 (schedule + (scheduleCosts() ? " fitted to the stage times" : "") +
-                 (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, stage s on rank s % " +
-                                   std::to_string(stages.size() / chunks) + ")"
-                             : "")).c_str(),
+                 (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, " + placementText() + ")" : "")).c_str(),
                 microBatches, microBatchSize, dataParallel,
                 budgetBytes > 0 ? (mib(budgetBytes) + (chunks > 1 ? " per rank, an equal share per stage" : " per stage")).c_str()
                                 : "none");

@@ -1,5 +1,6 @@
 #include "pipeline/RankWorker.h"
 
+#include <map>
 #include <set>
 
 #include "core/Error.h"
@@ -23,6 +24,16 @@ std::vector<torch::Tensor> RankWorker::trainableParameters() const {
       if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
     }
   }
+  return out;
+}
+
+std::vector<int> RankWorker::readersOfTrainableParameters() const {
+  std::map<const void*, int> readers;
+  for (auto& s : stages_) {
+    for (auto& p : s->trainableParameters()) ++readers[p.unsafeGetTensorImpl()];
+  }
+  std::vector<int> out;
+  for (auto& p : trainableParameters()) out.push_back(readers.at(p.unsafeGetTensorImpl()));
   return out;
 }
 

@@ -22,6 +22,9 @@ class RankWorker {
 
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
   std::vector<torch::Tensor> trainableParameters() const;
+  // For each of trainableParameters(), how many of the rank's stages read it
+  // (more than 1: a tied weight two stages of this rank share, as under zbv).
+  std::vector<int> readersOfTrainableParameters() const;
   bool isFirst() const { return stages_.front()->isFirst(); }
   bool isLast() const { return stages_.back()->isLast(); }
   ComputeTimes computeTimes() const;

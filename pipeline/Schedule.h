@@ -1,9 +1,11 @@
 // pipeline::Schedule: a pipeline schedule as plain data, testable without ranks.
 //
 // For each rank, the ordered list of actions it executes in one optimizer
-// step. Every action names its stage (a model chunk): rank r hosts stages
-// r, r + ranks, r + 2 ranks, ... (rankOf(); interleaved 1F1B), or exactly
-// stage r when stages == ranks (every other schedule). Messages go between
+// step. Every action names its stage (a model chunk); Placement says which
+// rank hosts it: r, r + ranks, r + 2 ranks, ... (a loop: interleaved 1F1B),
+// exactly stage r when stages == ranks (gpipe, 1f1b, zb-h1), or r and
+// 2 ranks - 1 - r (a V: zbv, whose stages ranks - 1 and ranks share a rank,
+// so that boundary's messages go from the rank to itself). Messages go between
 // consecutive stages, to and from the ranks the map names. Sends are nonblocking (they complete once the peer posts the matching
 // receive, which StageWorker posts ahead of the compute before it); receives
 // block. A micro-batch's backward is either one action (Backward: input and
@@ -49,16 +51,28 @@ struct Action {
 // one while one runs (Note [communication buffers], partition/Plan.cpp).
 bool isCompute(const Action& a);
 
+// Which rank hosts which stage (ranks x chunks stages): a loop (stage s on
+// rank s % ranks) or, with v and 2 chunks, a V (rank r hosts r and
+// 2 ranks - 1 - r: the micro-batch goes down the ranks and back up).
+struct Placement {
+  int ranks = 1, chunks = 1;
+  bool v = false;
+  int rankOf(int stage) const;
+  std::vector<int> stagesOf(int rank) const;  // ascending
+};
+
 struct Schedule {
   std::string name;
   int stages = 1;  // model chunks, in model order
   int microBatches = 1;
   std::vector<std::vector<Action>> actions;  // [rank] -> ordered actions
   int ranks = 0;                             // 0: one stage per rank (ranks == stages)
+  bool vShape = false;                       // placed in a V (Placement), else a loop
   int rankCount() const { return ranks > 0 ? ranks : stages; }
-  int rankOf(int stage) const { return stage % rankCount(); }
   // Stages per rank (1 unless interleaved).
   int chunks() const { return stages / rankCount(); }
+  Placement placement() const { return {rankCount(), chunks(), vShape}; }
+  int rankOf(int stage) const { return placement().rankOf(stage); }
   // The actions of one stage, in the order its rank runs them.
   std::vector<Action> stageActions(int stage) const;
 };
@@ -114,21 +128,37 @@ Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
 // its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
 // `costs`: as makeZeroBubbleH1 (one StageTimes per stage, ranks x chunks).
 Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs = nullptr);
+// ZBV (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024):
+// ZB-H1's split backward on two chunks per rank placed in a V (rank r hosts
+// stages r and 2 ranks - 1 - r), so the first and the last stage share rank
+// 0 and each rank's two chunks take their backwards in turn. List-scheduled
+// as makeZeroBubbleH1, but a free rank picks among both its stages' ready
+// pieces: a B whose gradient is there (the older micro-batch first), else a
+// forward whose input is there (chunk 1 first: it completes micro-batches)
+// within memory, else its oldest pending W. Memory: at most 2 ranks pieces
+// (half stages) between F and W per rank, 1F1B's rank-0 activations, of
+// which at most 2 ranks - 1 - r on chunk 0, so chunk 1 always has room and
+// the list scheduling cannot stall. Any m >= 1. `costs` as makeZeroBubbleH1
+// (one StageTimes per stage, 2 x ranks).
+Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs = nullptr);
 // The schedules makeSchedule() knows (the rows of ScheduleKinds.h's table),
-// for messages and config checks: gpipe, 1f1b, zb-h1, interleaved, interleaved-zb.
+// for messages and config checks: gpipe, 1f1b, zb-h1, interleaved, interleaved-zb, zbv.
 std::vector<std::string> scheduleNames();
 // True for the schedules that put several stages (chunks) on each rank
 // (false for a name that is no schedule, such as "auto").
 bool interleavesStages(const std::string& name);
+// Where the named schedule puts ranks x chunks stages (a loop unless the
+// schedule is placed in a V). ScheduleError for a name that is no schedule.
+Placement placementOf(const std::string& name, int ranks, int chunks);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
-// ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb), where
-// the schedule has stages x chunks stages. `costs` fit zb-h1 and
-// interleaved-zb to the stages' times (the others ignore them).
+// ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb) and
+// zbv (2), where the schedule has stages x chunks stages. `costs` fit zb-h1,
+// interleaved-zb and zbv to the stages' times (the others ignore them).
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1,
                       const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
-// True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb).
+// True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb, zbv).
 bool fitsToStageTimes(const std::string& name);
 
 // A builder's pieces: micro-batch mb's forward on `stage` of `stages`, with

@@ -18,6 +18,12 @@ std::vector<ScheduleKind>& table() {
                  [](int p, int v, int m, const ScheduleCosts*) { return makeInterleaved1F1B(p, v, m); }});
     k.push_back({"interleaved-zb", "interleaved 1F1B with zb-h1's split backward", true, true, false, 4,
                  [](int p, int v, int m, const ScheduleCosts* c) { return makeInterleavedZeroBubble(p, v, m, c); }});
+    k.push_back({"zbv", "zero bubble in a V: stages r and 2p-1-r on rank r, split backward", true, true, false, 5,
+                 [](int p, int v, int m, const ScheduleCosts* c) {
+                   SLUICE_CHECK(v == 2, ScheduleError, "zbv places exactly 2 stages per rank (pipeline.chunks: 2), got " << v);
+                   return makeZeroBubbleV(p, m, c);
+                 },
+                 true});
     return k;
   }();
   return kinds;

@@ -29,6 +29,7 @@ struct ScheduleKind {
   int autoOrder = -1;                 // pipeline.schedule auto tries it in this order (ties go to the earlier); -1: not
   // ranks, chunks (1 unless interleaves), micro-batches, costs (nullptr: unit costs; ignored unless fitsStageTimes).
   std::function<Schedule(int, int, int, const ScheduleCosts*)> build;
+  bool vShape = false;  // its two chunks per rank placed in a V (Placement), not a loop; any micro-batch count
 };
 
 const std::vector<ScheduleKind>& scheduleKinds();

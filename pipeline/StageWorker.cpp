@@ -121,8 +121,8 @@ std::vector<torch::Tensor> StageWorker::trainableParameters() const {
   return out;
 }
 
-int StageWorker::tag(int microBatch, int value, size_t count) const {
-  int t = microBatch * static_cast<int>(count) + value;
+int StageWorker::tag(int microBatch, int value, size_t count, bool gradient) const {
+  int t = 2 * (microBatch * static_cast<int>(count) + value) + (gradient ? 1 : 0);
   SLUICE_CHECK(t <= Communicator::kMaxTag, CommError,
                "too many micro-batches x boundary values (" << schedule_.microBatches << " x " << count
                                                             << ") for MPI tags; reduce pipeline.microbatches");
@@ -136,13 +136,13 @@ void StageWorker::postReceives(const Action& a) {
     st.activationsPosted = true;
     for (size_t i = 0; i < nIn; ++i) {
       st.activationRecvs.push_back(
-          prevComm_.irecv(specOf(stage_.boundaryInputs[i]), prevRank_, tag(a.microBatch, i, nIn)));
+          prevComm_.irecv(specOf(stage_.boundaryInputs[i]), prevRank_, tag(a.microBatch, i, nIn, false)));
     }
   } else if (a.kind == ActionKind::RecvGrad && !st.gradsPosted) {
     st.gradsPosted = true;
     for (size_t i = 0; i < nOut; ++i) {
       if (outputNeedsGrad_[i]) {
-        st.gradRecvs.push_back(nextComm_.irecv(specOf(stage_.outputs[i]), nextRank_, tag(a.microBatch, i, nOut)));
+        st.gradRecvs.push_back(nextComm_.irecv(specOf(stage_.outputs[i]), nextRank_, tag(a.microBatch, i, nOut, true)));
       }
     }
   }
@@ -211,7 +211,9 @@ void StageWorker::evaluateMicroBatch(const MicroBatch& data, int mb, bool classi
   in.insert(in.end(), params_.begin(), params_.end());
   auto outputs = module_.forward(in);
   if (!isLast()) {
-    for (size_t i = 0; i < outputs.size(); ++i) nextComm_.send(toWire(outputs[i]), nextRank_, static_cast<int>(i));
+    // Not waited for here: under zbv the next stage may be this rank's own (StageWorker.h).
+    reapSends();
+    for (size_t i = 0; i < outputs.size(); ++i) sends_.push_back(nextComm_.isend(toWire(outputs[i]), nextRank_, static_cast<int>(i)));
     return;
   }
   const auto& target = data.target;
@@ -352,7 +354,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
     case ActionKind::SendActivation: {
       st.outputEdges.assign(nOut, torch::autograd::Edge());
       for (size_t i = 0; i < nOut; ++i) {
-        sends_.push_back(nextComm_.isend(toWire(st.outputs[i].detach()), nextRank_, tag(a.microBatch, i, nOut),
+        sends_.push_back(nextComm_.isend(toWire(st.outputs[i].detach()), nextRank_, tag(a.microBatch, i, nOut, false),
                                          outputNeedsGrad_[i]));
         if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
           st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
@@ -386,7 +388,7 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
         // An input no node differentiated through still owes its sender a gradient: zero.
         auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
         if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
-        sends_.push_back(prevComm_.isend(toWire(g), prevRank_, tag(a.microBatch, i, nIn)));
+        sends_.push_back(prevComm_.isend(toWire(g), prevRank_, tag(a.microBatch, i, nIn, true)));
       }
       st.inputs.clear();
       st.inputGrads.clear();
@@ -420,7 +422,7 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
   const int rank = schedule.rankOf(stages[0]->stage().index);
   std::map<int, StageWorker*> byStage;
   for (auto* w : stages) byStage[w->stage().index] = w;
-  for (int s = rank; s < schedule.stages; s += schedule.rankCount()) {
+  for (int s : schedule.placement().stagesOf(rank)) {
     SLUICE_CHECK(byStage.count(s), Error,
                  "rank " << rank << " hosts stage " << s << " in schedule " << schedule.name << " but has no worker for it");
   }

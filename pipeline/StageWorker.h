@@ -3,11 +3,12 @@
 // Contract
 // - The pipeline communicator has one rank per pipeline rank; the stage runs
 //   on rank schedule.rankOf(stage index) (== the stage index unless the
-//   schedule is interleaved, where a rank hosts several stages, each with its
+//   schedule is interleaved or zbv, where a rank hosts several stages, each with its
 //   own StageWorker, driven together by runStep()). Messages to the previous
-//   and next stage go to the ranks the schedule's map names, on the pipeline
+//   and next stage go to the ranks the schedule's map names (under zbv,
+//   stages ranks - 1 and ranks share a rank: it sends to itself), on the pipeline
 //   communicator, or with several stages per rank on one communicator per
-//   boundary (boundaryCommunicators()), so tags (micro-batch x value) stay
+//   boundary (boundaryCommunicators()), so tags (micro-batch x value x direction) stay
 //   unique between two ranks that exchange activations and gradients of
 //   different boundaries.
 // - runMicroBatches() executes the stage's actions for one optimizer step in
@@ -146,8 +147,9 @@ class StageWorker {
   torch::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
 
   // Forward only, no autograd graph, no saved tensors: one micro-batch,
-  // received from the previous stage and sent to the next (blocking; call
-  // between steps, when no training message is in flight), its sums added to
+  // received from the previous stage (blocking) and sent to the next without
+  // waiting (endStep() after the last one waits for the sends; call between
+  // steps, when no training message is in flight), its sums added to
   // `sums` on the last stage. For evaluation with a graph captured in eval
   // mode; the loss is lossFn(output, target), unscaled. Call it for the
   // micro-batches in order, and with several stages per rank micro-batch by
@@ -172,7 +174,9 @@ class StageWorker {
  private:
   struct InFlight;
   TensorSpec specOf(const ValueInfo& v) const;
-  int tag(int microBatch, int value, size_t count) const;
+  // A boundary message's tag: activations and gradients apart, as on zbv's
+  // self-boundary both go from the rank to itself on one communicator.
+  int tag(int microBatch, int value, size_t count, bool gradient) const;
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
   void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);

@@ -3,7 +3,7 @@
 # (AdamW), the 2-stage config again (its own profile and plan), 2 stages x 2
 # data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), zb-h1
 # (2 stages, and 2 x 2), 2 ranks interleaved (2 stages each), plain and
-# zero-bubble (interleaved-zb), and the schedule `auto` chooses; same seed and
+# zero-bubble (interleaved-zb), zbv (2 stages each in a V), and the schedule `auto` chooses; same seed and
 # global batch. Random nodes draw from streams keyed by (seed, step, global
 # micro-batch, node) (Note [random streams]), so:
 # - pipeline layouts (any cuts, schedule or plan) give bitwise the 1-stage
@@ -36,6 +36,8 @@ train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
 train inter --set pipeline.stages=2 --set pipeline.schedule=interleaved
 # Both: interleaved chunks with the split backward.
 train inter_zb --set pipeline.stages=2 --set pipeline.schedule=interleaved-zb
+# ZBV: 2 stages per rank in a V (rank 0 hosts stages 0 and 3, rank 1 stages 1 and 2, sending to itself between them).
+train zbv --set pipeline.stages=2 --set pipeline.schedule=zbv
 train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
@@ -113,9 +115,19 @@ for r in 0 1; do
 done
 [ "$(grep -c "measured_peak_bytes=" "$TMP/inter_zb/logs/rank_"*.log | awk -F: '{ n += $2 } END { print n }')" -ge 2 ] ||
   fail "the inter_zb run reported no predicted vs measured peaks"
+compare_losses "$TMP/one" "$TMP/zbv" 10 0
+grep -q "schedule.*zbv, 2 stages per rank (in a V" "$TMP/zbv/logs/rank_0.log" || fail "the zbv run did not run zbv"
+grep -q "stage 3: nodes" "$TMP/zbv/logs/rank_0.log" || fail "rank 0 of the zbv run does not host stage 3"
+[ -s "$TMP/zbv/metrics.jsonl" ] || fail "the zbv run's rank 0 (the last stage's) wrote no metrics.jsonl"
+for r in 0 1; do
+  while read -r stage measured predicted; do
+    [ "$measured" -le "$predicted" ] || fail "zbv stage $stage measured peak $measured above the predicted $predicted"
+  done < <(sed -n 's/.*stage \([0-9]*\) measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2 \3/p' \
+    "$TMP/zbv/logs/rank_$r.log")
+done
 compare_losses "$TMP/one" "$TMP/auto" 10 0
-grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms, interleaved-zb x2 .* ms" "$TMP/auto.out" ||
+grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms, interleaved-zb x2 .* ms, zbv x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
 grep -q '"tokens_per_s"' "$TMP/two/metrics.jsonl" || fail "metrics.jsonl lacks tokens_per_s"
 grep -q "DistAdam (hooks) over 2 ranks" "$TMP/two_by_two/logs/rank_0.log" || fail "the 2x2 run did not use DistAdam"
-echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1 (also clipping gradients, also in bf16), interleaved, interleaved-zb and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6; bf16 boundaries in bfloat16: half the bytes, within 1e-4"
+echo "ok: with dropout, 2 and 3 stages, a second plan, zb-h1 (also clipping gradients, also in bf16), interleaved, interleaved-zb, zbv and auto give the 1-stage losses bitwise; 2x2 (1f1b, zb-h1) within 1e-6; bf16 boundaries in bfloat16: half the bytes, within 1e-4"

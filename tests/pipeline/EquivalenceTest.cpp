@@ -175,7 +175,7 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
 }
 
 // Interleaved 1F1B: the graph cut into ranks x chunks stages (equal
-// parameter bytes), stage s on rank s % ranks; each rank runs its stages
+// parameter bytes), stage s on rank s % ranks (zbv: in a V); each rank runs its stages
 // together (RankWorker), messages on one communicator per boundary.
 std::vector<double> interleavedLosses(const Communicator& comm, int chunks, const std::string& name = "interleaved",
                                       const c10::Device& device = c10::kCPU) {
@@ -188,7 +188,7 @@ std::vector<double> interleavedLosses(const Communicator& comm, int chunks, cons
   auto stages = splitGraph(graph, partition::parameterCuts(graph, p * chunks));
   auto links = pipeline::boundaryCommunicators(comm, schedule);
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
-  for (int s = comm.rank(); s < p * chunks; s += p) {
+  for (int s : schedule.placement().stagesOf(comm.rank())) {
     mine.push_back(std::make_unique<pipeline::StageWorker>(stages[s], tensorsByName(*gpt, stages[s].paramInputs), comm,
                                                            schedule, lossFn, ExecMode::Eager, links, device));
   }
@@ -212,12 +212,16 @@ TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
   auto two = interleavedLosses(world, 2);
   auto three = interleavedLosses(world, 3);
   auto zb = interleavedLosses(world, 2, "interleaved-zb");
+  auto zbv = interleavedLosses(world, 2, "zbv");
   if (world.rank() == 1) {
     expectSameLosses(two, ref, "interleaved 1f1b, 2 ranks x 2 stages");
     expectSameLosses(three, ref, "interleaved 1f1b, 2 ranks x 3 stages");
     expectSameLosses(zb, ref, "interleaved-zb (split backward), 2 ranks x 2 stages");
+    EXPECT_TRUE(zbv.empty()) << "zbv puts the last stage on rank 0";
   } else {
     EXPECT_TRUE(two.empty() && three.empty() && zb.empty()) << "rank 0 hosts no last stage";
+    // zbv: rank 0 hosts stages 0 and 3, rank 1 stages 1 and 2 (a message from rank 1 to itself).
+    expectSameLosses(zbv, ref, "zbv (a V: stages 0 and 3 on rank 0), 2 ranks x 2 stages");
   }
 }
 
@@ -234,7 +238,7 @@ std::vector<double> dropoutLosses(const Communicator& comm, const std::string& s
   auto stages = splitGraph(graph, pieces > 1 ? partition::parameterCuts(graph, pieces) : std::vector<int>{});
   auto links = pipeline::boundaryCommunicators(comm, plan);
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
-  for (int s = comm.rank(); s < pieces; s += p) {
+  for (int s : plan.placement().stagesOf(comm.rank())) {
     mine.push_back(std::make_unique<pipeline::StageWorker>(stages[s], tensorsByName(*gpt, stages[s].paramInputs), comm,
                                                            plan, lossFn, ExecMode::Eager, links));
   }
@@ -267,13 +271,14 @@ TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
   std::vector<std::pair<std::string, int>> layouts;
   for (auto& kind : pipeline::scheduleKinds()) {
     if (!kind.interleaves) layouts.push_back({kind.name, 1});
-    if (kind.interleaves && kMicroBatches % world.size() == 0) layouts.push_back({kind.name, 2});
+    if (kind.interleaves && (kind.vShape || kMicroBatches % world.size() == 0)) layouts.push_back({kind.name, 2});
   }
   ASSERT_GE(layouts.size(), 4u);
   for (auto& [schedule, chunks] : layouts) {
     const auto got = dropoutLosses(world, schedule, chunks);
     const std::string what = std::to_string(world.size()) + " ranks x " + std::to_string(chunks) + " " + schedule;
-    if (world.rank() != world.size() - 1) {
+    const int lastRank = pipeline::placementOf(schedule, world.size(), chunks).rankOf(world.size() * chunks - 1);
+    if (world.rank() != lastRank) {
       EXPECT_TRUE(got.empty()) << what;
       continue;
     }

@@ -133,7 +133,7 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
   // Several stages per rank swap through one engine, as training runs them (launcher/Trainer.cpp).
   std::shared_ptr<memory::SwapEngine> rankEngine;
   if (chunks > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device, memory::defaultSwapDir()), 1 << 14);
-  for (int s = comm.rank(); s < pieces; s += p) {
+  for (int s : plan.placement().stagesOf(comm.rank())) {
     auto& stage = stages.at(s);
     mine.push_back(std::make_unique<pipeline::StageWorker>(stage, tensorsByName(*gpt, stage.paramInputs), comm, plan,
                                                            lossFn, ExecMode::Eager, links, device));

@@ -1,4 +1,4 @@
-// Schedules as data: GPipe, 1F1B, ZB-H1, interleaved 1F1B and interleaved zero-bubble valid over a range of sizes; broken ones rejected.
+// Schedules as data: GPipe, 1F1B, ZB-H1, interleaved 1F1B, interleaved zero-bubble and ZBV valid over a range of sizes; broken ones rejected.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@ TEST(Schedule, EveryKindInTheTablePassesTheChecker) {
     for (int p = 1; p <= 4; ++p) {
       for (int m = 1; m <= 8; ++m) {
         const int chunks = kind.interleaves ? 2 : 1;
-        if (kind.interleaves && (p < 2 || m % p != 0)) continue;
+        if (kind.interleaves && (p < 2 || (!kind.vShape && m % p != 0))) continue;
         auto s = kind.build(p, chunks, m, nullptr);
         EXPECT_EQ(s.name, kind.name);
         EXPECT_EQ(s.stages, p * chunks) << kind.name;
@@ -304,6 +304,45 @@ TEST(Schedule, InterleavedZeroBubbleIsValidAndFillsTheBubble) {
   EXPECT_TRUE(interleavesStages("interleaved-zb") && interleavesStages("interleaved") && !interleavesStages("zb-h1"));
 }
 
+// ZBV: 2 stages per rank in a V (rank r hosts r and 2p - 1 - r; stages p - 1
+// and p share rank p - 1, whose messages between them go to itself), valid
+// for any m; no rank holds more than 2p half-stage pieces between F and W
+// (1F1B's rank 0: p whole micro-batches); with each stage's halves of 1F1B's
+// times (f = 1, b = 2 per whole stage, b split evenly, stage 0's all weight
+// work), shorter than 1F1B (on 2 or more ranks) and no longer than ZB-H1 on the same ranks.
+TEST(Schedule, ZeroBubbleVIsValidInAVAtOneFOneBMemory) {
+  for (int p = 1; p <= 4; ++p) {
+    for (int m = 1; m <= 12; ++m) {
+      auto s = makeSchedule("zbv", p, m, 2);
+      const std::string where = "p=" + std::to_string(p) + " m=" + std::to_string(m) + "\n" + toString(s);
+      ASSERT_EQ(s.stages, 2 * p);
+      EXPECT_TRUE(splitsBackward(s));
+      ASSERT_NO_THROW(checkSchedule(s)) << where;
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(s.placement().stagesOf(r), (std::vector<int>{r, 2 * p - 1 - r}));
+        EXPECT_EQ(s.rankOf(2 * p - 1 - r), r);
+        int held = 0, peak = 0;
+        for (auto& a : s.actions[r]) {
+          held += a.kind == K::Forward ? 1 : a.kind == K::BackwardWeight ? -1 : 0;
+          peak = std::max(peak, held);
+        }
+        EXPECT_LE(peak, 2 * p) << "rank " << r << " " << where;
+      }
+      const double f = 1, b = 2;
+      std::vector<StageTimes> half(2 * p, StageTimes{f / 2, b / 2, b / 4, b / 4}), whole(p, StageTimes{f, b, b / 2, b / 2});
+      half[0] = StageTimes{f / 2, b / 2, 0, b / 2};
+      whole[0] = StageTimes{f, b, 0, b};
+      const double zbv = simulateStep(s, half);
+      if (p > 1) EXPECT_LT(zbv, simulateStep(make1F1B(p, m), whole)) << where;  // one rank: no bubble to fill
+      EXPECT_LE(zbv, simulateStep(makeZeroBubbleH1(p, m), whole) + 1e-9) << where;
+      EXPECT_GE(zbv, m * (f + b) - 1e-9) << where;
+    }
+  }
+  EXPECT_THROW(makeSchedule("zbv", 2, 4, 3), ScheduleError);  // exactly 2 stages per rank
+  EXPECT_TRUE(placementOf("zbv", 2, 2).v && !placementOf("interleaved", 2, 2).v);
+  EXPECT_EQ(placementOf("interleaved", 2, 2).stagesOf(0), (std::vector<int>{0, 2}));
+}
+
 }  // namespace
 // The zero-bubble schedules fitted to stage times (ScheduleCosts): over random
 // times (stage 0's input gradient free, as in training) and message times,
@@ -316,24 +355,26 @@ TEST(Schedule, ZeroBubbleFittedToStageTimesIsValidNoLargerAndNeverSlower) {
   std::uniform_real_distribution<double> f(0.3, 2.0), half(0.15, 1.0);
   int trials = 0, faster = 0;
   for (int p = 2; p <= 4; ++p) {
-    for (int v = 1; v <= 3; ++v) {
-      const std::string name = v == 1 ? "zb-h1" : "interleaved-zb";
-      for (int m = v == 1 ? 1 : p; m <= 12; m += v == 1 ? 1 : p) {
+    for (int v = 1; v <= 4; ++v) {
+      // v = 4 stands for zbv (2 stages per rank in a V, any m).
+      const std::string name = v == 1 ? "zb-h1" : v == 4 ? "zbv" : "interleaved-zb";
+      const int chunks = v == 4 ? 2 : v;
+      for (int m = v % 3 == 1 ? 1 : p; m <= 12; m += v % 3 == 1 ? 1 : p) {
         for (int trial = 0; trial < 4; ++trial) {
           ScheduleCosts costs;
-          for (int st = 0; st < p * v; ++st) {
+          for (int st = 0; st < p * chunks; ++st) {
             const double bi = st == 0 ? 0.0 : half(rng), w = half(rng) * (st == 0 ? 2 : 1);
             costs.times.push_back({f(rng), bi + w, bi, w});
           }
           costs.comm = trial % 2 ? 0.05 : 0.0;
-          const auto unit = makeSchedule(name, p, m, v);
-          const auto fitted = makeSchedule(name, p, m, v, &costs);
+          const auto unit = makeSchedule(name, p, m, chunks);
+          const auto fitted = makeSchedule(name, p, m, chunks, &costs);
           const std::string where = name + " p=" + std::to_string(p) + " v=" + std::to_string(v) +
                                     " m=" + std::to_string(m) + "\n" + toString(fitted);
           ASSERT_NO_THROW(checkSchedule(fitted)) << where;
           const auto fi = peakInFlight(fitted), ui = peakInFlight(unit);
           const auto fw = peakWeightPending(fitted), uw = peakWeightPending(unit);
-          for (int st = 0; st < p * v; ++st) {
+          for (int st = 0; st < p * chunks; ++st) {
             EXPECT_LE(fi[st], ui[st]) << "stage " << st << " " << where;
             EXPECT_LE(fw[st], uw[st]) << "stage " << st << " " << where;
           }
@@ -342,7 +383,7 @@ TEST(Schedule, ZeroBubbleFittedToStageTimesIsValidNoLargerAndNeverSlower) {
           EXPECT_LE(a, b * (1 + 1e-12)) << where;
           ++trials;
           faster += a < b * (1 - 1e-9);
-          EXPECT_EQ(makeSchedule(name, p, m, v, &costs).actions, fitted.actions) << "not deterministic: " << where;
+          EXPECT_EQ(makeSchedule(name, p, m, chunks, &costs).actions, fitted.actions) << "not deterministic: " << where;
         }
       }
     }

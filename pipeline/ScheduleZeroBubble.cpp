@@ -1,0 +1,311 @@
+// The zero-bubble schedules (Schedule.h): zb-h1, interleaved-zb and zbv,
+// list-scheduled in time.
+#include <deque>
+#include <functional>
+#include <limits>
+
+#include "core/Error.h"
+#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleParts.h"
+
+namespace sluice::pipeline {
+
+using detail::appendBackwardInput;
+using detail::checkDims;
+using detail::checkInterleaved;
+using detail::PieceOrder;
+
+namespace {
+
+// The zero-bubble schedules (Schedule.h): list scheduling in time, one rank at
+// a time in the order their clocks reach each decision. Each rank runs its
+// backward pieces in interleaved 1F1B's order (1F1B's when v = 1) and its
+// forward pieces in that order too. Unit costs (costs == nullptr): F = B = W =
+// 1, except on stage 0, whose B has nothing to compute (its inputs are data,
+// Plan.cpp): B = 0 and W = 2, the whole backward. With costs: each stage's
+// own times, and each message arrives `comm` after its send. A free rank runs
+// its next B if its gradient is there (and fewer than `caps` Ws wait), else
+// its next F if its input is there and memory allows, else its oldest pending
+// W, else it waits for the next of those inputs to arrive.
+struct RankCaps {
+  std::vector<int> toB, toW, pendingW;  // per rank, in pieces: F..B, F..W, B..W
+  std::vector<int> lowerToW;            // per rank, F..W pieces of its lowest stage (ZBV's chunk 0)
+};
+
+// How many pieces list scheduling lets a rank hold: between F and Bi
+// (1F1B's p - r, or interleaved 1F1B's warm-up + 1), between F and W (the
+// most loaded rank's), and awaiting W; or the caps a fitted schedule keeps.
+struct PieceLimits {
+  const PieceOrder& order;
+  const RankCaps* caps;
+  int p, v, m;
+  int toB(int r) const { return caps ? caps->toB[r] : v == 1 ? std::min(p - r, m) : order.warmup(r) + 1; }
+  int toW(int r) const { return caps ? caps->toW[r] : v == 1 ? std::min(p, m) : order.warmup(0) + 1; }
+  int pendingW(int r) const { return caps ? caps->pendingW[r] : m * v; }
+};
+
+// A piece's time: the stage's fitted time, or unit costs (stage 0's inputs
+// need no gradient: its Bi is empty and its W the whole backward).
+struct PieceCosts {
+  const ScheduleCosts* costs;
+  double forward(int st) const { return costs ? costs->times[st].forward : 1.0; }
+  double backwardInput(int st) const { return costs ? costs->times[st].backwardInput : st == 0 ? 0.0 : 1.0; }
+  double backwardWeight(int st) const { return costs ? costs->times[st].backwardWeight : st == 0 ? 2.0 : 1.0; }
+};
+
+// The rank to act next: the earliest clock among those with work left that
+// are not asleep; -1 when none.
+int nextRank(const std::vector<int>& left, const std::vector<bool>& asleep, const std::vector<double>& clock) {
+  int r = -1;
+  for (int q = 0; q < static_cast<int>(left.size()); ++q) {
+    if (left[q] > 0 && !asleep[q] && (r < 0 || clock[q] < clock[r])) r = q;
+  }
+  return r;
+}
+
+Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs = nullptr,
+                                const RankCaps* caps = nullptr) {
+  const int stages = p * v, total = m * v;
+  Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
+  const PieceOrder order{p, v, m};
+  const PieceLimits limits{order, caps, p, v, m};
+  const PieceCosts cost{costs};
+  const double comm = costs ? costs->comm : 0.0;
+  // Finish times; -1: not scheduled yet.
+  std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
+  std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0), left(p, 3 * total);
+  std::vector<double> clock(p, 0);
+  std::vector<bool> asleep(p, false);  // waiting for an input nobody has scheduled yet
+  std::vector<std::deque<std::pair<int, int>>> pendingW(p);  // (stage, mb), oldest first
+  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  // When an input sent at `at` (-1: not yet) is there.
+  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
+  for (;;) {
+    const int r = nextRank(left, asleep, clock);
+    if (r < 0) {
+      for (int q = 0; q < p; ++q) {
+        SLUICE_CHECK(left[q] == 0, ScheduleError,
+                     name << ": list scheduling deadlocked (p=" << p << ", v=" << v << ", m=" << m << ")");
+      }
+      break;
+    }
+    const double t = clock[r];
+    auto& out = s.actions[r];
+    double bInput = -1, fInput = -1;
+    int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
+    const bool bRoom = static_cast<int>(pendingW[r].size()) < limits.pendingW(r);
+    if (nextB[r] < nextF[r]) {
+      bStage = order.backwardStage(nextB[r], r);
+      bMb = order.microBatchOf(nextB[r]);
+      // The last stage's B follows its own F; the others wait for the next stage's gradient.
+      bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : arrival(bEnd[bStage + 1][bMb]);
+    }
+    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < limits.toB(r) && nextF[r] - wDone[r] < limits.toW(r);
+    if (fRoom) {
+      fStage = order.forwardStage(nextF[r], r);
+      fMb = order.microBatchOf(nextF[r]);
+      fInput = fStage == 0 ? 0.0 : arrival(fEnd[fStage - 1][fMb]);
+    }
+    if (bRoom && arrived(bInput, t)) {
+      appendBackwardInput(out, bStage, stages, bMb);
+      bEnd[bStage][bMb] = clock[r] += cost.backwardInput(bStage);
+      pendingW[r].push_back({bStage, bMb});
+      ++nextB[r];
+    } else if (fRoom && arrived(fInput, t)) {
+      appendForward(out, fStage, stages, fMb);
+      fEnd[fStage][fMb] = clock[r] += cost.forward(fStage);
+      ++nextF[r];
+    } else if (!pendingW[r].empty()) {
+      auto [st, mb] = pendingW[r].front();
+      out.push_back({ActionKind::BackwardWeight, mb, st});
+      clock[r] += cost.backwardWeight(st);
+      pendingW[r].pop_front();
+      ++wDone[r];
+    } else {
+      // Nothing to run now: wait for the earlier of the inputs already on their way.
+      double next = std::numeric_limits<double>::infinity();
+      if (bInput > t) next = std::min(next, bInput);
+      if (fRoom && fInput > t) next = std::min(next, fInput);
+      if (next < std::numeric_limits<double>::infinity()) {
+        clock[r] = next;
+      } else {
+        asleep[r] = true;
+      }
+      continue;
+    }
+    --left[r];
+    std::fill(asleep.begin(), asleep.end(), false);
+  }
+  return s;
+}
+
+// ZBV's list scheduling (Schedule.h): rank r hosts c0 = r and c1 = 2p - 1 - r,
+// each stage runs its micro-batches' F and B in order, and a free rank takes
+// the older ready B, else a ready F (c1 first) within memory, else its oldest
+// pending W, else waits. Memory (unit costs): 2p pieces between F and W, of
+// which 2p - 1 - r on c0; with caps, those of the unit-cost schedule.
+Schedule listScheduleV(int p, int m, const ScheduleCosts* costs = nullptr, const RankCaps* caps = nullptr) {
+  const int stages = 2 * p;
+  Schedule s{"zbv", stages, m, std::vector<std::vector<Action>>(p), p, true};
+  const PieceCosts cost{costs};
+  const double comm = costs ? costs->comm : 0.0;
+  std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
+  std::vector<int> nextF(stages, 0), nextB(stages, 0);
+  std::vector<int> held(p, 0), lowerHeld(p, 0), left(p, 6 * m);  // pieces between F and W; of them on c0
+  std::vector<double> clock(p, 0);
+  std::vector<bool> asleep(p, false);
+  std::vector<std::deque<std::pair<int, int>>> pendingW(p);
+  // Per rank: pieces between F and W, of them on c0, and pieces awaiting W.
+  auto fits = [&](int r, int st) {
+    return held[r] < (caps ? caps->toW[r] : 2 * p) && (st != r || lowerHeld[r] < (caps ? caps->lowerToW[r] : 2 * p - 1 - r));
+  };
+  auto pendingCap = [&](int r) { return caps ? caps->pendingW[r] : 2 * m; };
+  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
+  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  for (;;) {
+    const int r = nextRank(left, asleep, clock);
+    if (r < 0) {
+      for (int q = 0; q < p; ++q) {
+        SLUICE_CHECK(left[q] == 0, ScheduleError, "zbv: list scheduling deadlocked (p=" << p << ", m=" << m << ")");
+      }
+      break;
+    }
+    const double t = clock[r];
+    auto& out = s.actions[r];
+    const int mine[2] = {2 * p - 1 - r, r};  // c1 first
+    // The ready B of the older micro-batch, and the first ready F within memory.
+    int bStage = -1, fStage = -1;
+    double next = std::numeric_limits<double>::infinity();  // the earliest input still on its way
+    const bool bRoom = static_cast<int>(pendingW[r].size()) < pendingCap(r);
+    for (int st : mine) {
+      if (nextB[st] < nextF[st]) {
+        const int mb = nextB[st];
+        const double in = st == stages - 1 ? fEnd[st][mb] : arrival(bEnd[st + 1][mb]);
+        if (bRoom && arrived(in, t)) {
+          if (bStage < 0 || mb < nextB[bStage]) bStage = st;
+        } else if (in > t) {
+          next = std::min(next, in);
+        }
+      }
+      if (nextF[st] < m && fits(r, st)) {
+        const double in = st == 0 ? 0.0 : arrival(fEnd[st - 1][nextF[st]]);
+        if (arrived(in, t)) {
+          if (fStage < 0) fStage = st;
+        } else if (in > t) {
+          next = std::min(next, in);
+        }
+      }
+    }
+    if (bStage >= 0) {
+      const int mb = nextB[bStage]++;
+      appendBackwardInput(out, bStage, stages, mb);
+      bEnd[bStage][mb] = clock[r] += cost.backwardInput(bStage);
+      pendingW[r].push_back({bStage, mb});
+    } else if (fStage >= 0) {
+      const int mb = nextF[fStage]++;
+      appendForward(out, fStage, stages, mb);
+      fEnd[fStage][mb] = clock[r] += cost.forward(fStage);
+      ++held[r];
+      lowerHeld[r] += fStage == r;
+    } else if (!pendingW[r].empty()) {
+      auto [st, mb] = pendingW[r].front();
+      out.push_back({ActionKind::BackwardWeight, mb, st});
+      clock[r] += cost.backwardWeight(st);
+      pendingW[r].pop_front();
+      --held[r];
+      lowerHeld[r] -= st == r;
+    } else {
+      if (next < std::numeric_limits<double>::infinity()) clock[r] = next;
+      asleep[r] = next == std::numeric_limits<double>::infinity();
+      continue;
+    }
+    --left[r];
+    std::fill(asleep.begin(), asleep.end(), false);
+  }
+  return s;
+}
+
+// Per rank, the most pieces a schedule holds between F and B, F and W, B and W.
+RankCaps capsOf(const Schedule& s) {
+  const int ranks = static_cast<int>(s.actions.size());
+  RankCaps c{std::vector<int>(ranks, 0), std::vector<int>(ranks, 0), std::vector<int>(ranks, 0),
+             std::vector<int>(ranks, 0)};
+  for (int r = 0; r < ranks; ++r) {
+    const int lowest = s.placement().stagesOf(r).front();
+    int f = 0, b = 0, w = 0, lower = 0;
+    for (auto& a : s.actions[r]) {
+      f += a.kind == ActionKind::Forward;
+      b += a.kind == ActionKind::BackwardInput;
+      w += a.kind == ActionKind::BackwardWeight;
+      if (a.stage == lowest) lower += a.kind == ActionKind::Forward ? 1 : a.kind == ActionKind::BackwardWeight ? -1 : 0;
+      c.toB[r] = std::max(c.toB[r], f - b);
+      c.toW[r] = std::max(c.toW[r], f - w);
+      c.pendingW[r] = std::max(c.pendingW[r], b - w);
+      c.lowerToW[r] = std::max(c.lowerToW[r], lower);
+    }
+  }
+  return c;
+}
+
+bool noMoreThan(const std::vector<int>& a, const std::vector<int>& b) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] > b.at(i)) return false;
+  }
+  return true;
+}
+
+// The zero-bubble schedule for these costs: list-scheduled with them, within
+// the unit-cost schedule's pieces per rank (capsOf), and kept only when no
+// stage holds more micro-batches than in the unit-cost one (with chunks, a
+// rank's pieces may split differently over its stages) and it simulates
+// faster than the unit-cost one under the same costs.
+// A list scheduler: unit costs and no caps, or these costs within these caps.
+using ListScheduler = std::function<Schedule(const ScheduleCosts*, const RankCaps*)>;
+
+Schedule timedZeroBubble(const std::string& name, int stages, const ListScheduler& build, const ScheduleCosts* costs) {
+  auto unit = build(nullptr, nullptr);
+  if (!costs) return unit;
+  SLUICE_CHECK(static_cast<int>(costs->times.size()) == stages, ScheduleError,
+               name << ": " << costs->times.size() << " stage times for " << stages << " stages");
+  const auto caps = capsOf(unit);
+  Schedule timed;
+  try {
+    timed = build(costs, &caps);
+  } catch (const ScheduleError&) {
+    return unit;  // these caps left the timed list scheduling stuck (never seen): the unit-cost order is valid
+  }
+  if (!noMoreThan(peakInFlight(timed), peakInFlight(unit)) ||
+      !noMoreThan(peakWeightPending(timed), peakWeightPending(unit))) {
+    return unit;
+  }
+  const double a = simulateStep(timed, costs->times, costs->comm), b = simulateStep(unit, costs->times, costs->comm);
+  return a < b * (1 - 1e-9) ? timed : unit;
+}
+
+Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs) {
+  return timedZeroBubble(
+      name, p * v,
+      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleZeroBubble(name, p, v, m, c, caps); },
+      costs);
+}
+
+}  // namespace
+
+Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs) {
+  checkDims(stages, microBatches);
+  return timedZeroBubble("zb-h1", stages, 1, microBatches, costs);
+}
+
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs) {
+  checkInterleaved("interleaved-zb", ranks, chunks, microBatches);
+  return timedZeroBubble("interleaved-zb", ranks, chunks, microBatches, costs);
+}
+
+Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs) {
+  checkDims(ranks, microBatches);
+  return timedZeroBubble(
+      "zbv", 2 * ranks,
+      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleV(ranks, microBatches, c, caps); }, costs);
+}
+
+}  // namespace sluice::pipeline
