@@ -42,6 +42,18 @@ for run in two zb two_by_two; do compare_losses "$TMP/one" "$TMP/$run" 10 1e-5; 
 grep -q "tied parameters: tok_embeddings.weight on pipeline ranks 0 1" "$TMP/two.log" ||
   fail "the 2-stage run does not hold the tied embedding on both stages"
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
+# zbv: rank 0 hosts stages 0 and 3, both reading the tied embedding (DistAdam in hooks mode counts
+# each micro-batch's accumulation from both), and evaluates through the V (stage 1 -> 2 on rank 1
+# itself): the losses and the held-out losses of 1 stage.
+evaluated=(--set training.eval_interval=5 --set training.eval_samples=64)
+train one_eval "${small[@]}" "${evaluated[@]}" --set pipeline.stages=1
+train zbv "${small[@]}" "${evaluated[@]}" --set pipeline.schedule=zbv --set optimizer.name=dist_adam \
+  --set optimizer.dist_adam.mode=hooks
+compare_losses "$TMP/one_eval" "$TMP/zbv" 10 1e-5
+paste <(jfields eval_loss "$TMP/one_eval/metrics.jsonl") <(jfields eval_loss "$TMP/zbv/metrics.jsonl") | awk '
+  { d = $2 - $4; if (d < 0) d = -d; if (d / $2 > 1e-5) bad = 1; n++ } END { exit (bad || n != 2) }' ||
+  fail "zbv's eval losses differ from 1 stage's"
+! grep -q "tied parameters" "$TMP/zbv.log" || fail "zbv put the tied embedding's readers on two ranks"
 
 # Learning, and a resume: 60 steps evaluated every 20 (256 held-out windows), a checkpoint at 30;
 # then from that checkpoint in another folder: steps 30..59 bitwise the same.
