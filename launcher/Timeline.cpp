@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/Files.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 namespace {
@@ -63,7 +63,8 @@ double clockOffsetUs(const Communicator& world) {
 std::pair<std::string, std::string> predictedBusy(const partition::Plan* plan, int s, int stages) {
   if (!plan || s >= static_cast<int>(plan->stages.size()) || plan->stepTime <= 0) return {"-", "-"};
   double pb = 0;
-  const auto placement = pipeline::placementOf(plan->schedule, stages, plan->chunks);
+  const auto* kind = pipeline::findScheduleKind(plan->schedule);
+  const pipeline::Placement placement{stages, plan->chunks, kind && kind->vShape};
   for (int k : placement.stagesOf(s)) pb += plan->microBatches * plan->stages[k].time * 1e3;
   char busy[32], bubble[32];
   std::snprintf(busy, sizeof(busy), "%.2f", pb);

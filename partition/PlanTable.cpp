@@ -4,14 +4,15 @@
 #include <sstream>
 
 #include "core/Bytes.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice::partition {
 
 // Which rank hosts which stage, in words (several stages per rank).
 std::string Plan::placementText() const {
   const int ranks = static_cast<int>(stages.size()) / std::max(1, chunks);
-  if (pipeline::placementOf(schedule, ranks, chunks).v) {
+  const auto* kind = pipeline::findScheduleKind(schedule);
+  if (kind && kind->vShape) {
     return "in a V: rank r hosts stages r and " + std::to_string(2 * ranks - 1) + " - r";
   }
   return "stage s on rank s % " + std::to_string(ranks);
