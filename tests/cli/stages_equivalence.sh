@@ -106,25 +106,25 @@ grep -q "stage 3: nodes" "$TMP/inter/logs/rank_1.log" || fail "rank 1 of the int
 compare_losses "$TMP/one" "$TMP/inter_zb" 10 0
 grep -q "schedule.*interleaved-zb, 2 stages per rank" "$TMP/inter_zb/logs/rank_0.log" ||
   fail "the inter_zb run did not run interleaved-zb"
-# Its predicted peaks (interleaved-zb's own in-flight counts) cover the measured ones.
-for r in 0 1; do
-  while read -r stage measured predicted; do
-    [ "$measured" -le "$predicted" ] || fail "interleaved-zb stage $stage measured peak $measured above the predicted $predicted"
-  done < <(sed -n 's/.*stage \([0-9]*\) measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2 \3/p' \
-    "$TMP/inter_zb/logs/rank_$r.log")
-done
-[ "$(grep -c "measured_peak_bytes=" "$TMP/inter_zb/logs/rank_"*.log | awk -F: '{ n += $2 } END { print n }')" -ge 2 ] ||
-  fail "the inter_zb run reported no predicted vs measured peaks"
+# peaks_covered RUN: on both ranks, the predicted peaks (the schedule's own in-flight counts)
+# cover the measured ones, and at least 2 stages reported both.
+peaks_covered() {
+  local r stage measured predicted
+  for r in 0 1; do
+    while read -r stage measured predicted; do
+      [ "$measured" -le "$predicted" ] || fail "$1 stage $stage measured peak $measured above the predicted $predicted"
+    done < <(sed -n 's/.*stage \([0-9]*\) measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2 \3/p' \
+      "$TMP/$1/logs/rank_$r.log")
+  done
+  [ "$(grep -c "measured_peak_bytes=" "$TMP/$1/logs/rank_"*.log | awk -F: '{ n += $2 } END { print n }')" -ge 2 ] ||
+    fail "the $1 run reported no predicted vs measured peaks"
+}
+peaks_covered inter_zb
 compare_losses "$TMP/one" "$TMP/zbv" 10 0
 grep -q "schedule.*zbv, 2 stages per rank (in a V" "$TMP/zbv/logs/rank_0.log" || fail "the zbv run did not run zbv"
 grep -q "stage 3: nodes" "$TMP/zbv/logs/rank_0.log" || fail "rank 0 of the zbv run does not host stage 3"
 [ -s "$TMP/zbv/metrics.jsonl" ] || fail "the zbv run's rank 0 (the last stage's) wrote no metrics.jsonl"
-for r in 0 1; do
-  while read -r stage measured predicted; do
-    [ "$measured" -le "$predicted" ] || fail "zbv stage $stage measured peak $measured above the predicted $predicted"
-  done < <(sed -n 's/.*stage \([0-9]*\) measured_peak_bytes=\([0-9]*\) predicted_peak_bytes=\([0-9]*\).*/\1 \2 \3/p' \
-    "$TMP/zbv/logs/rank_$r.log")
-done
+peaks_covered zbv
 compare_losses "$TMP/one" "$TMP/auto" 10 0
 grep -q "pipeline.schedule auto chose .*(1f1b .* ms, zb-h1 .* ms, gpipe .* ms, interleaved x2 .* ms, interleaved-zb x2 .* ms, zbv x2 .* ms" "$TMP/auto.out" ||
   fail "schedule auto did not say what it chose and why"
