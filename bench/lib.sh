@@ -21,8 +21,10 @@ median_step_time() {
   jfields step_time_s "$1" | awk '{print $2}' | tail -n +4 | median
 }
 
-# The quickstart GPT on 2 stages x 1 thread, global batch 16 (schedules.sh,
-# peers.sh). A configuration is "SCHEDULE M [unit] [ARGS...]": M micro-batches;
+# The quickstart GPT on $quickstart_stages (default 2) stages x 1 thread, global
+# batch 16 (schedules.sh, peers.sh), trained by "${quickstart_run[@]}" CONFIG
+# ARGS... "${quickstart_extra[@]}" (default: $sluice train CONFIG ARGS...;
+# peers.sh launches on cluster hosts). A configuration is "SCHEDULE M [unit] [ARGS...]": M micro-batches;
 # unit runs zb-h1 / interleaved-zb in the unit-cost order
 # (pipeline.fit_schedule: false) instead of fitted to the plan's stage times;
 # ARGS are more --set options (e.g. --set training.precision=bf16).
@@ -30,7 +32,7 @@ quickstart_args() {  # SCHEDULE M [unit] [ARGS...] -> the train/partition option
   local schedule=$1 m=$2 fit=true
   shift 2
   if [ "${1:-}" = unit ]; then fit=false; shift; fi
-  echo --set pipeline.stages=2 --set pipeline.microbatches="$m" --set training.micro_batch_size=$((16 / m)) \
+  echo --set pipeline.stages="${quickstart_stages:-2}" --set pipeline.microbatches="$m" --set training.micro_batch_size=$((16 / m)) \
     --set training.global_batch_size=16 --set job.threads_per_rank=1 --set pipeline.schedule="$schedule" \
     --set pipeline.fit_schedule=$fit "$@"
 }
@@ -57,10 +59,12 @@ quickstart_train() {
   local plan=$1 out=$2 steps=$3
   shift 3
   rm -rf "$out"
-  "$sluice" train "$root/configs/quickstart.yaml" $(quickstart_args "$@") --set pipeline.plan="$plan" \
+  local run=("$sluice" train)
+  [ -z "${quickstart_run+x}" ] || run=("${quickstart_run[@]}")
+  "${run[@]}" "$root/configs/quickstart.yaml" $(quickstart_args "$@") --set pipeline.plan="$plan" \
     --set training.steps="$steps" --set logging.interval="$steps" \
     --set optimizer.schedule=constant --set optimizer.warmup_steps=0 --set job.output_dir="$out" \
-    >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+    ${quickstart_extra[@]+"${quickstart_extra[@]}"} >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
   echo "$(median_step_time "$out/metrics.jsonl")" \
     "$(sed -n 's/.*utilisation: \([0-9.]*\) GFLOP .* of the \([0-9.]*\) GFLOP\/s.*/\1 \2/p' "$out.log" | sed -n 1p)"
 }

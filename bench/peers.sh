@@ -27,6 +27,10 @@
 # bench stops with both lists.
 #   usage: bench/peers.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
 #   BENCH_M=8 sets the micro-batch count (default 4); BENCH_PRECISIONS="fp32" picks precisions.
+#   BENCH_HOSTS=2 (root): 4 ranks on two hosts of the test cluster (tests/cluster/lib.sh: network
+#   namespaces h2 and h3, 2 ranks each, TCP between them): 4 stages of one layer each; PyTorch's
+#   gpipe and 1f1b (its interleaved schedules would need 8 layers) against Sluice's, and Sluice's
+#   zb-h1, interleaved-zb and zbv; fp32 unless BENCH_PRECISIONS says otherwise.
 source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 rounds=${1:-5}
 steps=${2:-15}
@@ -42,6 +46,24 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_mpi_yield_when_idle=1
 pairs=("gpipe gpipe" "1f1b 1f1b" "interleaved interleaved" "interleaved-zb interleaved-zb" "zbv zbv" "dualpipev -"
        "- zb-h1")
+ranks=2
+where="on this machine"
+if [ "${BENCH_HOSTS:-1}" = 2 ]; then
+  fail() { echo "bench/peers: $*" >&2; exit 1; }
+  SLUICE=$sluice ROOT=$root TMP=$tmp
+  source "$root/tests/cluster/lib.sh"  # its EXIT trap removes the cluster and $tmp
+  cluster_up 3
+  printf 'h2 slots=2\nh3 slots=2\n' >"$WORK/hostfile"
+  tmp=$WORK  # what every host must read (weights, plans, outputs); /tmp is private to each host
+  ranks=4
+  where="on two hosts (h2, h3: network namespaces, veth links over a bridge, TCP), 2 ranks each"
+  [ -n "${BENCH_PRECISIONS:-}" ] || precisions=(fp32)
+  pairs=("gpipe gpipe" "1f1b 1f1b" "- zb-h1" "- interleaved-zb" "- zbv")
+  quickstart_stages=4
+  quickstart_run=(on_host h1 "$sluice" launch)
+  quickstart_extra=(--hostfile "$WORK/hostfile" --set cluster.interface=eth0 --set cluster.rsh_agent="$AGENT"
+                    --set "cluster.env={OMPI_MCA_mpi_yield_when_idle: '1'}")
+fi
 weights="$tmp/weights.safetensors"
 (cd "$root/bench" && $py peers_torch.py init --weights "$weights")
 sluice_args() {  # schedule precision -> the configuration for quickstart_args
@@ -49,8 +71,19 @@ sluice_args() {  # schedule precision -> the configuration for quickstart_args
 }
 peer_run() {  # schedule precision -> "seconds" (losses into $tmp/losses_peer_SCHEDULE_PRECISION)
   local log="$tmp/peer_$1_$2.log"
-  (cd "$root/bench" && OMP_NUM_THREADS=1 $py peers_torch.py train --schedule "$1" --precision "$2" --weights "$weights" \
-    --text "$text" --steps "$steps" --microbatches "$m" >"$log" 2>&1) || { cat "$log" >&2; exit 1; }
+  local args=(train --schedule "$1" --precision "$2" --weights "$weights" --text "$text" --steps "$steps"
+              --microbatches "$m" --ranks "$ranks")
+  if [ "$ranks" = 4 ]; then
+    # One process per host, each spawning its 2 ranks; rank 0 (on h2) prints.
+    on_host h3 env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 $py "$root/bench/peers_torch.py" "${args[@]}" \
+      --nodes 2 --node-rank 1 --master h2 >"$log.h3" 2>&1 &
+    local other=$!
+    on_host h2 env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 $py "$root/bench/peers_torch.py" "${args[@]}" \
+      --nodes 2 --node-rank 0 --master h2 >"$log" 2>&1 || { wait $other || true; cat "$log" "$log.h3" >&2; exit 1; }
+    wait $other || { cat "$log.h3" >&2; exit 1; }
+  else
+    (cd "$root/bench" && OMP_NUM_THREADS=1 $py peers_torch.py "${args[@]}" >"$log" 2>&1) || { cat "$log" >&2; exit 1; }
+  fi
   sed -n 's/^losses=//p' "$log" | tr , '\n' >"$tmp/losses_peer_$1_$2"
   sed -n 's/^step_time_s=//p' "$log"
 }
@@ -69,7 +102,7 @@ same_work() {  # side schedule precision: the first 3 losses equal PyTorch 1F1B'
     exit 1
   }
 }
-echo "bench/peers: quickstart GPT (4 x 192, block 128), global batch 16, m=$m, 2 ranks x 1 thread," \
+echo "bench/peers: quickstart GPT (4 x 192, block 128), global batch 16, m=$m, $ranks ranks x 1 thread $where," \
   "${precisions[*]}, $rounds rounds of $steps steps"
 "$sluice" --version | sed 's/^/  /'
 echo "  peer: torch.distributed.pipelining $($py -c 'import torch; print(torch.__version__)'), gloo"
@@ -146,6 +179,6 @@ for p in sorted({k[0] for k in t}, key=lambda x: x != "fp32"):
                                                     med(b.values()), util(med(b.values())),
                                                     "%.3fx (%.3f-%.3f)" % (med(rs), min(rs), max(rs))))
 print("\nsluice/pytorch: below 1, Sluice is faster; (range over rounds). best: each side's fastest schedule of the round."
-      "\nutil: 3 x the forward's matrix-product FLOP per step over the step time, over the FLOP/s the 2 ranks' matrix"
+      "\nutil: 3 x the forward's matrix-product FLOP per step over the step time, over the FLOP/s the ranks' matrix"
       " products reach together (measured in each Sluice run; PyTorch's against their median)")
 PY

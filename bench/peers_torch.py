@@ -6,7 +6,9 @@ one of its schedules, on the batches Sluice's text dataset defines.
         writes the GPT's initial state_dict (module paths as models/Gpt.cpp) for both sides;
     peers_torch.py train --schedule NAME --weights W.safetensors --text FILE --steps N [--microbatches M]
         [--precision fp32|bf16] [--seed S] [--lr LR] [--wd WD]
-        prints `step_time_s=<median after 3 warm-up steps>` and `losses=<per-step losses, comma-separated>`.
+        [--ranks P] [--nodes K --node-rank N --master HOST [--port PORT]]
+        prints `step_time_s=<median after 3 warm-up steps>` and `losses=<per-step losses, comma-separated>`
+        (rank 0's process); with --nodes, run it once per host, each spawning P / K ranks.
 
 Schedules (the placement of the layer-balanced stages in brackets, p = ranks):
 gpipe, 1f1b (p stages, one per rank); interleaved = Interleaved1F1B,
@@ -92,10 +94,12 @@ def skip_self_p2p():
     pp.stage._PipelineStageBase._get_init_p2p_neighbors_ops = ops
 
 
-def worker(rank, a, store):
+def worker(local, a, store):
     torch.set_num_threads(1)
     skip_self_p2p()
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=a.ranks)
+    rank = a.node_rank * (a.ranks // a.nodes) + local
+    init = f"tcp://{a.master}:{a.port}" if a.master else "file://" + store
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=a.ranks)
     kind, per_rank, placement = SCHEDULES[a.schedule]
     p = a.ranks
     n_stages = p * per_rank
@@ -151,6 +155,11 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--wd", type=float, default=0.01)
+    # Several hosts: this process spawns ranks / nodes ranks, global ranks from node_rank x that.
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master", help="host of rank 0 (required with --nodes > 1)")
+    p.add_argument("--port", type=int, default=29571)
     for name, default in [("layers", 4), ("embd", 192), ("heads", 6), ("block", 128), ("vocab", 256),
                           ("batch", 16), ("microbatches", 4), ("steps", 15), ("ranks", 2), ("seed", 1234)]:
         p.add_argument("--" + name, type=int, default=default)
@@ -166,8 +175,10 @@ def main():
     per_rank = SCHEDULES[a.schedule][1]
     if a.layers % (a.ranks * per_rank):
         p.error(f"--layers {a.layers} does not split evenly into {a.ranks * per_rank} stages")
+    if a.nodes > 1 and (not a.master or a.ranks % a.nodes):
+        p.error("--nodes > 1 needs --master and --ranks a multiple of --nodes")
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(worker, args=(a, os.path.join(d, "store")), nprocs=a.ranks)
+        mp.spawn(worker, args=(a, os.path.join(d, "store")), nprocs=a.ranks // a.nodes)
 
 
 if __name__ == "__main__":
