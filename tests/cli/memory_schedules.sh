@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Memory plans inside the schedules that split backward or put several stages
-# on a rank (zb-h1, interleaved, interleaved-zb; 2 ranks, the quickstart GPT,
+# on a rank (zb-h1, interleaved, interleaved-zb, zbv; 2 ranks, the quickstart GPT,
 # dropout on), all from one profile: keeping everything, and under budgets
 # the plan meets by swapping and (interleaved) by recomputing only,
 # every rank's measured peak is within 10% of the prediction and within the
@@ -14,7 +14,7 @@ run=(--set training.steps=4 --set logging.interval=2 "${drop[@]}")
 source "$(dirname "$0")/memory_lib.sh"
 
 "$SLUICE" profile "$CFG" "${drop[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
-for schedule in zb-h1 interleaved interleaved-zb; do
+for schedule in zb-h1 interleaved interleaved-zb zbv; do
   s=(--set pipeline.schedule=$schedule)
   plan keep_$schedule "${s[@]}"
   train keep_$schedule "$TMP/keep_$schedule.pb" "${s[@]}"
@@ -45,4 +45,4 @@ train recompute_interleaved "$TMP/recompute_interleaved.pb" "${s[@]}"
 check_memory recompute_interleaved "$budget"
 same_losses recompute_interleaved keep_interleaved
 grep -q "memory plan: .*recomputed [1-9]" "$TMP/recompute_interleaved"/logs/rank_*.log || fail "interleaved: no rank recomputed"
-echo "ok: memory plans under zb-h1, interleaved and interleaved-zb"
+echo "ok: memory plans under zb-h1, interleaved, interleaved-zb and zbv"
