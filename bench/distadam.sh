@@ -33,11 +33,7 @@ hosts=${BENCH_HOSTS:-1}
 where="on this machine"
 if [ "$hosts" = 2 ]; then
   # The test cluster's helpers: h1 launches, h2 and h3 run one rank each.
-  fail() { echo "bench/distadam: $*" >&2; exit 1; }
-  SLUICE=$sluice ROOT=$root TMP=$tmp
-  source "$root/tests/cluster/lib.sh"  # its EXIT trap removes the cluster and $tmp
-  cluster_up 3
-  printf 'h2 slots=1\nh3 slots=1\n' >"$WORK/hostfile"
+  bench_cluster distadam 1  # bench/lib.sh
   out_root=$WORK  # /tmp is private to each host
   where="on two hosts (h2, h3: network namespaces, veth links over a bridge, TCP)"
   run_sluice() {

@@ -68,3 +68,17 @@ quickstart_train() {
   echo "$(median_step_time "$out/metrics.jsonl")" \
     "$(sed -n 's/.*utilisation: \([0-9.]*\) GFLOP .* of the \([0-9.]*\) GFLOP\/s.*/\1 \2/p' "$out.log" | sed -n 1p)"
 }
+
+# bench_cluster NAME SLOTS: the test cluster (tests/cluster/lib.sh; root):
+# hosts h1 (launches), h2 and h3 (SLOTS ranks each, $WORK/hostfile), network
+# namespaces with TCP between them. Needs $tmp set; the cluster's EXIT trap
+# removes the hosts and $tmp. $WORK is what every host sees (their /tmp is
+# private); on_host H CMD runs CMD on host H.
+bench_cluster() {
+  bench_name=$1
+  fail() { echo "bench/$bench_name: $*" >&2; exit 1; }
+  SLUICE=$sluice ROOT=$root TMP=$tmp
+  source "$root/tests/cluster/lib.sh"
+  cluster_up 3
+  printf 'h2 slots=%s\nh3 slots=%s\n' "$2" "$2" >"$WORK/hostfile"
+}

@@ -49,11 +49,7 @@ pairs=("gpipe gpipe" "1f1b 1f1b" "interleaved interleaved" "interleaved-zb inter
 ranks=2
 where="on this machine"
 if [ "${BENCH_HOSTS:-1}" = 2 ]; then
-  fail() { echo "bench/peers: $*" >&2; exit 1; }
-  SLUICE=$sluice ROOT=$root TMP=$tmp
-  source "$root/tests/cluster/lib.sh"  # its EXIT trap removes the cluster and $tmp
-  cluster_up 3
-  printf 'h2 slots=2\nh3 slots=2\n' >"$WORK/hostfile"
+  bench_cluster peers 2  # bench/lib.sh
   tmp=$WORK  # what every host must read (weights, plans, outputs); /tmp is private to each host
   ranks=4
   where="on two hosts (h2, h3: network namespaces, veth links over a bridge, TCP), 2 ranks each"
