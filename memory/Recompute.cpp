@@ -39,7 +39,8 @@ Geometry::Geometry(const at::Tensor& t) {
 
 at::Tensor Geometry::viewOf(const c10::Storage& storage) const {
   at::NoGradGuard noGrad;
-  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, offset, sizes, strides);
+  // On the storage's device: set_ refuses a storage from another device.
+  return at::empty({0}, at::TensorOptions().dtype(dtype).device(storage.device())).set_(storage, offset, sizes, strides);
 }
 
 Record::Record() { ++liveRecordCount; }

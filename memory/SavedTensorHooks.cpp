@@ -37,6 +37,20 @@ void installSavedTensorEngine() {
   std::call_once(once, [] { torch::autograd::set_default_engine_stub(&hookingEngine); });
 }
 
+bool savedTensorEngineInstalled() { return &torch::autograd::Engine::get_default_engine() == &hookingEngine(); }
+
+namespace {
+// Note [saved tensor engine, first]: LibTorch's engines share one flag for
+// starting their per-device threads (a file static in engine.cpp, not a
+// member). Whichever engine runs the process's first backward creates the
+// device queues; an engine installed later never gets any, and its first
+// CUDA backward fails autograd's internal assertion on device_ready_queues_
+// (seen on an H100/H200 when a GPU test had trained before the profiler
+// installed this engine). So it is installed when the library loads, before
+// any backward can run.
+[[maybe_unused]] const bool kInstalledAtLoad = (installSavedTensorEngine(), true);
+}  // namespace
+
 SavedTensorScope::SavedTensorScope(HooksFactory factory) : previous_(std::move(activeFactory)) {
   installSavedTensorEngine();
   activeFactory = std::move(factory);

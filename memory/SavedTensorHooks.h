@@ -19,8 +19,9 @@
 // SavedTensorScope, if any, for a SavedVariableHooks object. Every tensor
 // autograd saves for backward while a scope is active on a thread goes
 // through that object: pack when saved, unpack when backward reads it.
-// Installed once per process, before the first backward that should be seen;
-// installing is idempotent and thread-safe. Scopes nest (innermost wins).
+// Installed when this library loads, before any backward can run (Note
+// [saved tensor engine, first] in SavedTensorHooks.cpp says why);
+// installing again is a no-op. Scopes nest (innermost wins).
 //
 //   SavedBytesCounter counter;            // counts unique saved storages
 //   { SavedTensorScope scope(counter.factory());
@@ -57,7 +58,10 @@ class SavedVersion {
   std::string saver_, producer_, shape_;
 };
 
+// Idempotent and thread-safe; called at load time already.
 void installSavedTensorEngine();
+// Whether autograd's default engine is the one installed here.
+bool savedTensorEngineInstalled();
 
 class SavedTensorScope {
  public:

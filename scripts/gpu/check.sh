@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (through the device tool), from the repository root
 # with .gpukit carried (scripts/gpu/kit.sh made it here):
-#   bash scripts/gpu/check.sh [STEP...]    steps: env cli gtests bench (default: env cli gtests)
+#   bash scripts/gpu/check.sh [STEP...]    steps: env plan cli gtests bench (default: env cli gtests)
 # Unpacks the kit under /tmp/gpukit, links in only the libraries and Open MPI
 # paths that machine lacks, points /opt/sluice/torch-2.11 (the path the
 # binaries were built against) at its own Python's torch, then runs the CUDA
@@ -69,11 +69,14 @@ for step in "${steps[@]}"; do
       run gtest_cuda 240 "$bin/sluice_tests" --gtest_filter='Cuda*:-CudaEquivalence.*:CudaMemoryPlanExactness.*:CudaStaging.*'
       run gtest_cuda_np2 240 "${mpirun[@]}" "$bin/sluice_tests" \
         --gtest_filter='CudaEquivalence.*:CudaMemoryPlanExactness.*:CudaStaging.*' ;;
+    plan)  # the GPU memory-plan test alone in its own processes, with C++ stack traces
+      run gtest_plan_alone 240 env TORCH_SHOW_CPP_STACKTRACES=1 "${mpirun[@]}" "$bin/sluice_tests" \
+        --gtest_filter='CudaMemoryPlanExactness.*' ;;
     cli)
       run cli_cuda 420 bash tests/cli/cuda.sh "$bin/sluice" "$root" ;;
     bench)
       run bench_precision 300 env SLUICE_BIN="$bin/sluice" bash bench/precision_gpu.sh ;;
-    *) echo "check: unknown step '$step' (env cli gtests bench)" >&2; exit 2 ;;
+    *) echo "check: unknown step '$step' (env plan cli gtests bench)" >&2; exit 2 ;;
   esac
 done
 echo "=== summary"

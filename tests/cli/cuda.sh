@@ -27,7 +27,7 @@ small=(--set training.steps=10 --set logging.interval=5 --set model.layers=2 --s
        --set job.device=cuda)
 train() { local name=$1; shift; "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" "$@" \
   >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }; }
-field() { jfields "$2" "$TMP/$1/metrics.jsonl" | awk '{print $2}'; }
+field() { jfields "$2" "$TMP/$1/metrics.jsonl" | awk '{printf "%.17g\n", $2}'; }
 
 train f32_one --set pipeline.stages=1
 train f32_two --set pipeline.stages=2

@@ -1,10 +1,34 @@
 // Saved-tensor hooks see what autograd saves (pack) and reads back (unpack).
 #include <gtest/gtest.h>
 
+#include <torch/csrc/autograd/engine.h>
+
 #include "memory/SavedTensorHooks.h"
 
 namespace sluice::memory {
 namespace {
+
+// Note [saved tensor engine, first]: the engine that runs the process's
+// first backward (and so owns the per-device queues) is the one the hooks
+// use. CTest runs this alone in a fresh process (saved_tensor_engine), where
+// a lazily installed engine would arrive only with the first scope, after
+// that backward: the identity check below fails then.
+TEST(SavedTensorEngine, RunsTheProcesssFirstBackward) {
+  auto& first = torch::autograd::Engine::get_default_engine();
+  auto x = torch::ones({3}, torch::requires_grad());
+  (x * x).sum().backward();
+  SavedBytesCounter counter;
+  torch::Tensor y;
+  {
+    SavedTensorScope scope(counter.factory());
+    y = (x * x).sum();
+  }
+  y.backward();
+  EXPECT_EQ(counter.unpacks(), 2);
+  EXPECT_EQ(&first, &torch::autograd::Engine::get_default_engine())
+      << "autograd's engine changed after a backward had run: its device queues stay with the old one";
+  EXPECT_TRUE(savedTensorEngineInstalled());
+}
 
 TEST(SavedTensorHooks, CountsWhatMatmulSavesAndBackwardReads) {
   auto a = torch::randn({8, 16}, torch::requires_grad());
