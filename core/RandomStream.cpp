@@ -34,13 +34,19 @@ bool isRandomOp(const std::string& op) {
                                               "aten::multinomial", "aten::rrelu",    "aten::rrelu_with_noise",
                                               "aten::exponential_", "aten::poisson", "aten::geometric_",
                                               "aten::cauchy_",     "aten::log_normal_"};
-  return op.find("dropout") != std::string::npos || op.rfind("aten::rand", 0) == 0 ||
+  return op.find("dropout") != std::string::npos || op == "aten::scaled_dot_product_attention" ||
+         op.rfind("aten::rand", 0) == 0 ||
          op.find("bernoulli") != std::string::npos || exact.count(op) > 0;
 }
 
 bool drawsRandom(const torch::jit::Node* node) {
   const std::string op = node->kind().toQualString();
   if (!isRandomOp(op)) return false;
+  if (op == "aten::scaled_dot_product_attention") {  // (q, k, v, attn_mask, dropout_p, ...): draws when dropout_p > 0
+    if (node->inputs().size() < 5) return false;
+    auto p = torch::jit::toIValue(node->inputs()[4]);
+    return !(p && p->isDouble() && p->toDouble() == 0.0);
+  }
   if (op.find("dropout") == std::string::npos || node->inputs().size() < 3) return true;
   // aten::*dropout*(input, p, train): a constant train=False or p=0 draws nothing.
   auto train = torch::jit::toIValue(node->inputs()[2]);

@@ -51,7 +51,8 @@ struct RandomKey {
 // The stream seed of `node` under `key` (splitmix64 over the four words).
 uint64_t streamSeed(const RandomKey& key, int64_t node);
 
-// Ops that draw from the random generator (dropout, rand*, bernoulli, ...).
+// Ops that draw from the random generator (dropout, attention with a
+// dropout_p, rand*, bernoulli, ...).
 bool isRandomOp(const std::string& op);
 // isRandomOp, less the dropouts whose train flag or probability is a
 // constant that makes them draw nothing (graphs captured in eval mode).

@@ -391,7 +391,8 @@ const std::vector<Choice<ModelKind>>& modelChoices() {
       {ModelKind::Llama, "llama", "Llama style transformer: RMSNorm, RoPE, SwiGLU, grouped-query attention"},
       {ModelKind::Mlp, "mlp", "an MLP classifier on synthetic vectors"},
       {ModelKind::Cnn, "cnn", "conv-BN-ReLU-pool blocks on Fashion-MNIST images"},
-      {ModelKind::TorchScript, "torchscript", "a module saved by torch.jit.trace or torch.jit.script"}};
+      {ModelKind::TorchScript, "torchscript", "a module saved by torch.jit.trace or torch.jit.script"},
+      {ModelKind::Exported, "exported", "a program saved by torch.export.save (.pt2), e.g. a Hugging Face model"}};
   return t;
 }
 

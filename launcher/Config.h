@@ -38,8 +38,8 @@ const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices();  // graph | co
 const std::vector<Choice<ExecMode>>& executionChoices();           // eager | compiled
 
 // model.name; each kind's builder is a row of launcher/ModelSetup.cpp's table.
-enum class ModelKind { Gpt, Llama, Mlp, Cnn, TorchScript };
-const std::vector<Choice<ModelKind>>& modelChoices();  // gpt | llama | mlp | cnn | torchscript
+enum class ModelKind { Gpt, Llama, Mlp, Cnn, TorchScript, Exported };
+const std::vector<Choice<ModelKind>>& modelChoices();  // gpt | llama | mlp | cnn | torchscript | exported
 // gpt and llama: windows of token ids in, next-token logits out (the
 // model.vocab_size ... keys; data text or tokens).
 bool isLanguageModel(ModelKind kind);
@@ -94,7 +94,9 @@ struct ModelConfig {
   int64_t classes = 10;
   // cnn: conv-BN-ReLU-pool blocks of these widths, then a linear head to `classes`
   std::vector<int64_t> channels{32, 64};
-  // torchscript: a module saved by torch.jit.trace / torch.jit.script (.save)
+  // torchscript: a module saved by torch.jit.trace / torch.jit.script (.save);
+  // exported: a program saved by torch.export.save (.pt2; its input fixes
+  // block_size, its output vocab_size: derived at load)
   std::string path;
   std::vector<InputSpec> inputs;     // forward's arguments, in order
   InputSpec targets;                 // what the loss compares the output with

@@ -53,6 +53,7 @@ void modelKeys(S& s, Config& c) {
   s.choice("name", m.kind, modelChoices(), "model");
   const bool gptLike = isLanguageModel(m.kind), cnn = m.kind == ModelKind::Cnn, llama = m.kind == ModelKind::Llama;
   const bool torchscript = m.kind == ModelKind::TorchScript, mlp = m.kind == ModelKind::Mlp;
+  const bool exported = m.kind == ModelKind::Exported;
   s.key("vocab_size", m.vocabSize, gptLike);
   s.key("block_size", m.blockSize, gptLike);
   s.key("layers", m.layers, gptLike);
@@ -68,7 +69,7 @@ void modelKeys(S& s, Config& c) {
   s.key("mlp_layers", m.mlpLayers, mlp);
   s.key("classes", m.classes, mlp || cnn);
   s.key("channels", m.channels, cnn);
-  s.key("path", m.path, torchscript);
+  s.key("path", m.path, torchscript || exported);
   s.key("loss", m.loss, torchscript);
   s.key("inputs", m.inputs, torchscript);
   s.key("targets", m.targets, torchscript);

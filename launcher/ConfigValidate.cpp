@@ -13,6 +13,7 @@
 #include "launcher/ConfigKeys.h"
 #include "launcher/data/FashionMnist.h"
 #include "launcher/data/TokenFile.h"
+#include "models/Exported.h"
 #include "optim/LossScaler.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/ScheduleKinds.h"
@@ -83,11 +84,44 @@ void validateTorchScript(const Config& c) {
   }
 }
 
+// model.name: exported. The program's signature (models/Exported.h) is read
+// now: one int64 input [micro_batch_size, block] and one output [..., vocab]
+// fix model.block_size and model.vocab_size (derived, not keys).
+void validateExported(Config& c) {
+  auto& m = c.model;
+  require(!m.path.empty(), "model.name=exported needs model.path: a .pt2 file written by "
+                           "torch.export.save(torch.export.export(model, (example_ids,)), path); models/export_hf.py "
+                           "writes one for Hugging Face models");
+  const auto sig = models::readExportedSignature(m.path);
+  const auto& in = sig.input;
+  const auto& out = sig.output;
+  require(in.dtype == c10::kLong && in.sizes.size() == 2,
+          "model.path '" + m.path + "': its input " + in.name + " must be token ids, int64 of shape [batch, block]; got " +
+              c10::toString(in.dtype) + " of " + std::to_string(in.sizes.size()) + " dimensions");
+  require(in.sizes[0] == c.training.microBatchSize,
+          "model.path '" + m.path + "' was exported for batches of " + std::to_string(in.sizes[0]) +
+              " rows, but training.micro_batch_size is " + std::to_string(c.training.microBatchSize) +
+              ": export with an example batch of that many rows (models/export_hf.py --batch " +
+              std::to_string(c.training.microBatchSize) + ") or set training.micro_batch_size: " +
+              std::to_string(in.sizes[0]));
+  require(out.sizes.size() == 3 && out.sizes[0] == in.sizes[0] && out.sizes[1] == in.sizes[1],
+          "model.path '" + m.path + "': its output " + out.name + " must be logits of shape [batch, block, vocab]");
+  require(m.loss == "cross_entropy", "model.loss: an exported program returns logits: use cross_entropy");
+  require(c.data.kind == DataKind::Text || c.data.kind == DataKind::Tokens || c.data.kind == DataKind::Synthetic,
+          "model.name=exported reads token windows: data.name text, tokens or synthetic");
+  m.blockSize = in.sizes[1];
+  m.vocabSize = out.sizes[2];
+  if (c.data.kind == DataKind::Text) {
+    require(m.vocabSize >= 256, "model.path '" + m.path + "' has a vocabulary of " + std::to_string(m.vocabSize) +
+                                    " but data.name=text gives bytes (256 values): export with vocab_size >= 256");
+  }
+}
+
 // data.name: tokens. The files are opened now (every id read once), so a
 // wrong dtype, header or vocabulary fails before any rank starts.
 void validateTokens(const Config& c) {
-  require(isLanguageModel(c.model.kind),
-          "data.name=tokens gives windows of token ids for a language model: use model.name gpt or llama, got " +
+  require(isLanguageModel(c.model.kind) || c.model.kind == ModelKind::Exported,
+          "data.name=tokens gives windows of token ids for a language model: use model.name gpt, llama or exported, got " +
               std::string(modelName(c.model.kind)));
   require(in(c.data.tokenDtype, {"uint16", "uint32"}),
           "data.token_dtype must be uint16 or uint32, got '" + c.data.tokenDtype + "'");
@@ -144,6 +178,8 @@ void validateModel(Config& c) {
   }
   if (m.kind == ModelKind::TorchScript) {
     validateTorchScript(c);
+  } else if (m.kind == ModelKind::Exported) {
+    validateExported(c);
   } else if (m.kind == ModelKind::Cnn) {
     require(!m.channels.empty() && m.channels.size() <= 4,
             "model.channels must list 1 to 4 block widths (each block halves the 28x28 image), got " +

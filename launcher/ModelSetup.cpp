@@ -20,6 +20,7 @@
 #include "models/Gpt.h"
 #include "models/Llama.h"
 #include "models/Mlp.h"
+#include "models/Exported.h"
 #include "models/TorchScript.h"
 
 namespace sluice {
@@ -55,7 +56,7 @@ void checkModelFitsMemory(const Config& c, int ranksHere) {
     double bytes;
   };
   std::vector<Part> parts;
-  if (m.kind == ModelKind::TorchScript) {
+  if (m.kind == ModelKind::TorchScript || m.kind == ModelKind::Exported) {
     std::error_code ec;
     const double file = static_cast<double>(std::filesystem::file_size(m.path, ec));
     parts.push_back({"parameters, gradients and Adam state (model.path: about 4x the file)", ec ? 0.0 : 4 * file});
@@ -226,6 +227,18 @@ ModelSetup llamaModel(const Config& c) {
   return s;
 }
 
+// model.name: exported (models/Exported.h); model.block_size and
+// model.vocab_size were derived from its signature when the config loaded.
+ModelSetup exportedModel(const Config& c) {
+  ModelSetup s;
+  auto program = std::make_shared<models::ExportedModel>(models::ExportedModel::load(c.model.path));
+  s.module = program->holder();
+  s.forward = [program](const std::vector<torch::Tensor>& in) { return program->forward(in); };
+  s.setTraining = [program](bool on) { program->setTraining(on); };
+  languageModelData(c, s);
+  return s;
+}
+
 ModelSetup mlpModel(const Config& c) {
   ModelSetup s;
   models::MlpOptions o;
@@ -251,7 +264,8 @@ constexpr ModelBuilder kModels[] = {{ModelKind::Gpt, gptModel},
                                     {ModelKind::Llama, llamaModel},
                                     {ModelKind::Mlp, mlpModel},
                                     {ModelKind::Cnn, cnnModel},
-                                    {ModelKind::TorchScript, torchScriptModel}};
+                                    {ModelKind::TorchScript, torchScriptModel},
+                                    {ModelKind::Exported, exportedModel}};
 
 }  // namespace
 

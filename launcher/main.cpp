@@ -2,6 +2,7 @@
 // a message and an exit code (2: bad config or usage, 1: failure at run time).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -159,15 +160,37 @@ int runTraceShow(const sluice::CommandLine& a) {
 int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& manifest, const std::string& dir,
                       const std::string& output) {
   auto setup = sluice::makeModelSetup(config);
+  // Tied names (one tensor under several module paths, e.g. an exported
+  // model's lm_head.weight and transformer.wte.weight) are one tensor in the
+  // checkpoint, under the name capture gave it: read once, written under each.
+  std::set<std::string> saved;
+  for (auto& f : manifest.files) saved.insert(f.tensors.begin(), f.tensors.end());
+  std::map<const void*, std::vector<std::string>> aliases;
+  for (auto& [name, tensor] : sluice::namedTensors(*setup.module)) aliases[tensor.unsafeGetTensorImpl()].push_back(name);
   std::vector<std::string> names;
-  for (auto& [name, tensor] : sluice::namedTensors(*setup.module)) names.push_back(name);
-  const auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // (the checkpoint's name, all names)
+  for (auto& [impl, group] : aliases) {
+    auto found = std::find_if(group.begin(), group.end(), [&](const std::string& n) { return saved.count(n) > 0; });
+    names.push_back(found != group.end() ? *found : group.front());
+    groups.emplace_back(names.back(), group);
+  }
+  auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
+  for (auto& [picked, group] : groups) {
+    for (auto& n : group) state.tensors[n] = state.tensors.at(picked);
+  }
   std::string file = output;
   if (fs::path(output).extension() != ".safetensors") {
     fs::create_directories(output);
     file = (fs::path(output) / "model.safetensors").string();
   }
   sluice::saveSafeTensors(file, state.tensors, {{"format", "pt"}, {"sluice_step", std::to_string(manifest.step)}});
+  // A Hugging Face model's config.json beside its program (models/export_hf.py
+  // writes one): copied, so from_pretrained(output) reads the directory.
+  const auto hfConfig = fs::path(config.model.path).parent_path() / "config.json";
+  if (config.model.kind == sluice::ModelKind::Exported && file != output && fs::is_regular_file(hfConfig)) {
+    sluice::writeFileAtomically((fs::path(output) / "config.json").string(), sluice::readFile(hfConfig.string()));
+    std::cout << "copied " << hfConfig.string() << " to " << output << std::endl;
+  }
   std::cout << "wrote " << file << ": the " << state.tensors.size() << " parameters and buffers of " << dir
             << " (step " << manifest.step << ")" << std::endl;
   return 0;

@@ -1,9 +1,10 @@
-"""PyTorch's own training loop for tests/cli/torchscript.sh (torch 2.11, $SLUICE_PYTHON).
+"""PyTorch's own training loop for tests/cli/torchscript.sh and hf.sh (torch 2.11, $SLUICE_PYTHON).
 
     torchscript_reference.py --model M.pt --data text|fashion_mnist --path P --seed S --steps N
         --global G --micro B --lr LR --wd WD [--block T] [--clip C] [--exported OUT.pt] [--eval-samples E] --out R.json
 
-Trains the TorchScript module at M.pt with torch.optim.AdamW on the batches
+Trains the TorchScript module at M.pt (with --hf: the Hugging Face model in
+directory M, models/export_hf.py) with torch.optim.AdamW on the batches
 Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
 - text: the window offsets of step s are torch.randint(0, bytes - T - 1, (G,))
   from a CPU generator seeded with S * 1000003 + s;
@@ -36,9 +37,29 @@ p.add_argument("--block", type=int, default=0)
 p.add_argument("--clip", type=float, default=0.0)
 p.add_argument("--exported")
 p.add_argument("--eval-samples", type=int, default=0)
+p.add_argument("--hf", action="store_true",
+               help="--model and --exported are Hugging Face model directories (models/export_hf.py, sluice export)")
 a = p.parse_args()
 torch.set_num_threads(1)
-model = torch.jit.load(a.model)
+
+
+class Logits(torch.nn.Module):
+    """A Hugging Face causal LM returning its logits alone, as models/export_hf.py exports it."""
+
+    def __init__(self, directory):
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+        self.m = AutoModelForCausalLM.from_pretrained(directory, attn_implementation="sdpa")
+
+    def forward(self, ids):
+        return self.m(input_ids=ids, use_cache=False, return_dict=False)[0]
+
+
+def load(path):
+    return Logits(path) if a.hf else torch.jit.load(path)
+
+
+model = load(a.model)
 model.train()
 
 
@@ -102,7 +123,7 @@ result = {"losses": losses, "grad_norms": norms}
 if a.exported:
     images = a.data != "text"
     x, y = batch(0)
-    got, start = torch.jit.load(a.exported), torch.jit.load(a.model)
+    got, start = load(a.exported), load(a.model)
     for m in (model, got, start):
         m.train(not images)
     with torch.no_grad():
