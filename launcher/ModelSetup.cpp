@@ -235,6 +235,7 @@ ModelSetup exportedModel(const Config& c) {
   s.module = program->holder();
   s.forward = [program](const std::vector<torch::Tensor>& in) { return program->forward(in); };
   s.setTraining = [program](bool on) { program->setTraining(on); };
+  s.transientBuffers = program->transientBuffers();
   languageModelData(c, s);
   return s;
 }

@@ -24,6 +24,7 @@ struct ModelSetup {
   std::vector<std::string> inputNames{"input"};  // the graph's data inputs
   std::function<void(bool)> setTraining;         // train / eval mode of the model (BatchNorm, dropout)
   bool targetsAreInputs = false;                 // model.loss: none: forward(input, targets) returns the loss
+  std::vector<std::string> transientBuffers;     // read by the model, not its state: not exported
   c10::Device device = c10::Device(c10::kCPU);   // where the module lives (toDevice)
   // training.precision: the autocast dtype the forward is captured under
   // (float: none). Note [bf16 by capture]: the tracer sits below autocast in

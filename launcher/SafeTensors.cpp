@@ -4,6 +4,7 @@
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "core/Error.h"
@@ -160,10 +161,14 @@ int64_t loadWeights(torch::nn::Module& module, const std::string& path) {
                   c10::toString(it->second.scalar_type()) + shapeText(it->second.sizes()));
     }
   }
+  // A tied parameter (one tensor under several names) needs one of its names
+  // in the file: Hugging Face's save_pretrained writes the embedding alone.
+  std::set<const void*> given;
+  for (auto& [name, t] : file) given.insert(mine.at(name).unsafeGetTensorImpl());
   int64_t missing = 0;
   std::string first;
   for (auto& p : module.named_parameters()) {
-    if (!file.count(p.key()) && missing++ == 0) first = p.key();
+    if (!given.count(p.value().unsafeGetTensorImpl()) && missing++ == 0) first = p.key();
   }
   if (missing > 0) {
     throw error("lacks " + std::to_string(missing) + " of the model's " + std::to_string(module.named_parameters().size()) +

@@ -36,7 +36,8 @@ std::map<std::string, torch::Tensor> namedTensors(const torch::nn::Module& modul
 // buffers of the same names (no grad; tied names share storage and take the
 // file's value). ConfigError naming the key and the tensor when a name is
 // not the module's, a shape or dtype differs, or a parameter is missing
-// (buffers the file lacks keep their values), and for a damaged file (the
+// (a tied one needs one of its names, as Hugging Face's save_pretrained
+// writes it; buffers the file lacks keep their values), and for a damaged file (the
 // reader's DataError as a ConfigError). Returns the count loaded.
 int64_t loadWeights(torch::nn::Module& module, const std::string& path);
 

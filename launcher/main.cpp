@@ -166,7 +166,10 @@ int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& mani
   std::set<std::string> saved;
   for (auto& f : manifest.files) saved.insert(f.tensors.begin(), f.tensors.end());
   std::map<const void*, std::vector<std::string>> aliases;
-  for (auto& [name, tensor] : sluice::namedTensors(*setup.module)) aliases[tensor.unsafeGetTensorImpl()].push_back(name);
+  const std::set<std::string> transient(setup.transientBuffers.begin(), setup.transientBuffers.end());
+  for (auto& [name, tensor] : sluice::namedTensors(*setup.module)) {
+    if (!transient.count(name)) aliases[tensor.unsafeGetTensorImpl()].push_back(name);
+  }
   std::vector<std::string> names;
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // (the checkpoint's name, all names)
   for (auto& [impl, group] : aliases) {

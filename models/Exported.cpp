@@ -325,7 +325,19 @@ ExportedSignature signatureOf(const std::string& path, const Json& module) {
 }  // namespace
 
 ExportedSignature readExportedSignature(const std::string& path) {
-  return signatureOf(path, readPt2Program(path)->at("graph_module"));
+  const auto program = readPt2Program(path);
+  const auto& module = program->at("graph_module");
+  auto signature = signatureOf(path, module);
+  std::set<std::string> defined;
+  for (const auto& spec : module.at("signature").at("input_specs")) {
+    const std::string kind = kindOf(spec);
+    if (kind == "constant_input") continue;
+    const auto& arg = spec.at(kind).at("arg");
+    defined.insert(arg.contains("as_tensor") ? arg.at("as_tensor").at("name").get<std::string>()
+                                             : arg.at("name").get<std::string>());
+  }
+  for (const auto& node : module.at("graph").at("nodes")) resolve(path, node, defined);
+  return signature;
 }
 
 ExportedModel ExportedModel::load(const std::string& path) {
@@ -350,6 +362,7 @@ ExportedModel ExportedModel::load(const std::string& path) {
       SLUICE_CHECK(found != archive.tensors.end(), ConfigError,
                    "model.path '" << path << "': the archive lacks the values of " << fqn);
       registerAt(*m.holder_, fqn, found->second, kind == "parameter");
+      if (kind == "tensor_constant" || (kind == "buffer" && !s.value("persistent", true))) m.transient_.push_back(fqn);
       m.bound_.emplace_back(s.at("arg").at("name").get<std::string>(), fqn);
       defined.insert(m.bound_.back().first);
     } else if (kind == "user_input") {

@@ -48,8 +48,9 @@ struct ExportedTensor {
   std::vector<int64_t> sizes;
 };
 
-// The program's one input and one output (checked as load() does, weights
-// not read): for validating a config before any rank starts.
+// The program's one input and one output, its nodes checked as load()
+// checks them (the weights are not read): for validating a config before any
+// rank starts or anything is written.
 struct ExportedSignature {
   ExportedTensor input, output;
 };
@@ -65,6 +66,9 @@ class ExportedModel {
   const ExportedTensor& input() const { return input_; }
   const ExportedTensor& output() const { return output_; }
   const std::string& path() const { return path_; }
+  // Buffers that are not the model's state (non-persistent, lifted
+  // constants): the program reads them, `sluice export` does not write them.
+  const std::vector<std::string>& transientBuffers() const { return transient_; }
 
   // One program node, resolved at load (Exported.cpp).
   struct Step;
@@ -75,6 +79,7 @@ class ExportedModel {
   std::shared_ptr<torch::nn::Module> holder_;
   std::vector<std::pair<std::string, std::string>> bound_;  // placeholder name -> FQN
   std::vector<std::pair<std::string, std::string>> updates_;  // buffer FQN <- value name (buffer mutations)
+  std::vector<std::string> transient_;
   std::shared_ptr<std::vector<Step>> steps_;
   ExportedTensor input_, output_;
   bool training_ = true;

@@ -46,8 +46,9 @@ fi
 # from Debian's protoc 3.21): the tests read TensorBoard event files; PyYAML;
 # tokenizers: scripts/tokenize.py's byte-level BPE (data.name: tokens); lizard:
 # the function lengths tests/layout/check_layout.py checks; safetensors: the
-# reader the tests check `sluice export --format safetensors` against.
-python_packages=("torch==${SLUICE_TORCH_VERSION}.*" numpy "protobuf>=4.21,<5" pyyaml tokenizers lizard safetensors)
+# reader the tests check `sluice export --format safetensors` against;
+# transformers: Hugging Face models for models/export_hf.py and tests/cli/hf.sh.
+python_packages=("torch==${SLUICE_TORCH_VERSION}.*" numpy "protobuf>=4.21,<5" pyyaml tokenizers lizard safetensors "transformers>=5,<6")
 stamp="$SLUICE_TORCH_ENV/.sluice-complete"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${python_packages[*]}" ]; then
   echo "setup: torch ${SLUICE_TORCH_VERSION} present in $SLUICE_TORCH_ENV ($("$SLUICE_PYTHON" -c 'import torch; print(torch.__version__)'))"

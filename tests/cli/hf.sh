@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Bring a Hugging Face model (README "Bring a Hugging Face model"). GPT-2
+# (GPT2LMHeadModel, tied embeddings) and Llama (LlamaForCausalLM, grouped-query
+# attention, tied embeddings) are built from a config by `transformers` (no
+# download) and exported with torch.export by models/export_hf.py; Sluice
+# trains the .pt2 (model.name: exported) on 1 stage and on 2 stages x 2
+# replicas with DistAdam, and PyTorch's own AdamW loop trains the same module
+# from the same weights on the same batches and micro-batches
+# (torchscript_reference.py --hf): per-step losses within relative 1e-5 over
+# 10 steps. `sluice export --format safetensors` writes the trained weights
+# with config.json, AutoModelForCausalLM.from_pretrained reads them, and its
+# logits are within 1e-5 of the PyTorch-trained model's (the initial ones
+# are not); model.weights starts Sluice from that directory's file. With
+# dropout 0.1 (inside attention too), 2 stages and 2 x 2 replicas give 1
+# stage's losses. Then the refusals: a clear message, a non-zero exit,
+# nothing written.
+source "$(dirname "$0")/lib.sh"
+"$PY" -c "import transformers" 2>/dev/null || fail "transformers for $PY is needed (scripts/setup.sh installs it)"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+TEXT=/usr/share/games/fortunes/fortunes
+BLOCK=32 SEED=7 STEPS=10 LR=0.002 WD=0.01
+export_hf() {  # export_hf DIR [flags...]: models/export_hf.py into $TMP/DIR
+  local dir=$1
+  shift
+  "$PY" "$ROOT/models/export_hf.py" "$TMP/$dir" --vocab 256 --block $BLOCK --embd 32 --layers 2 --heads 4 --batch 2 "$@" \
+    >"$TMP/$dir.export.log" 2>&1 || { cat "$TMP/$dir.export.log"; fail "export_hf.py $dir"; }
+}
+export_hf gpt2 --arch gpt2
+export_hf llama --arch llama --kv-heads 2 --ffn 64 --tie
+cat >"$TMP/hf.yaml" <<YAML
+job: {name: hf, output_dir: $TMP/unused, seed: $SEED}
+model: {name: exported, path: $TMP/gpt2/model.pt2}
+data: {name: text, path: $TEXT}
+training: {steps: $STEPS, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {stages: 1, microbatches: 4}
+optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
+logging: {interval: 5}
+YAML
+train() {  # train NAME [--set ...]
+  local name=$1
+  shift
+  "$SLUICE" train "$TMP/hf.yaml" --set job.output_dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1 ||
+    { cat "$TMP/$name.log"; fail "train $name"; }
+}
+field() { "$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+# same_losses REF_JSON RUN: RUN's per-step losses equal the reference's within relative 1e-5.
+same_losses() {
+  paste <("$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$1") \
+    <(losses "$TMP/$2/metrics.jsonl") | awk -v run="$2" -v steps=$STEPS '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
+    fail "$2: losses differ from PyTorch's"
+}
+for arch in gpt2 llama; do
+  model=(--set model.path="$TMP/$arch/model.pt2")
+  train ${arch}_one "${model[@]}" --set checkpoint.interval=$STEPS
+  train ${arch}_2x2 "${model[@]}" --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+    --set optimizer.name=dist_adam
+  "$SLUICE" export "$TMP/hf.yaml" "${model[@]}" --checkpoint "$TMP/${arch}_one/checkpoints" -o "$TMP/${arch}_trained" \
+    >"$TMP/${arch}_export.log" 2>&1 || { cat "$TMP/${arch}_export.log"; fail "sluice export $arch"; }
+  [ -f "$TMP/${arch}_trained/config.json" ] || fail "sluice export did not copy $arch's config.json"
+  "$PY" "$ROOT/tests/cli/torchscript_reference.py" --hf --model "$TMP/$arch" --data text --path $TEXT --seed $SEED \
+    --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/${arch}_ref.json" \
+    --exported "$TMP/${arch}_trained" >"$TMP/${arch}_ref.log" 2>&1 || { cat "$TMP/${arch}_ref.log"; fail "the PyTorch reference ($arch)"; }
+  same_losses "$TMP/${arch}_ref.json" ${arch}_one
+  same_losses "$TMP/${arch}_ref.json" ${arch}_2x2
+  exported=$(field "$TMP/${arch}_ref.json" exported_vs_reference)
+  initial=$(field "$TMP/${arch}_ref.json" initial_vs_reference)
+  awk -v e="$exported" -v i="$initial" 'BEGIN { exit !(e <= 1e-5 && i > 1e-2) }' ||
+    fail "$arch: from_pretrained of Sluice's export differs from PyTorch's trained model by $exported (initial: $initial)"
+  echo "ok: $arch: from_pretrained(sluice export) logits within $exported of PyTorch's trained model (initial model: $initial)"
+done
+grep -F "tied parameters: model.embed_tokens.weight on pipeline ranks 0 1" "$TMP/llama_2x2.log" >/dev/null ||
+  { cat "$TMP/llama_2x2.log"; fail "llama_2x2: the tied embedding is not held by both stages"; }
+# model.weights: Sluice starts from the exported file and computes the loss
+# PyTorch computes with from_pretrained of the same directory.
+train from_weights --set model.weights="$TMP/gpt2_trained/model.safetensors" --set training.steps=1
+first=$(losses "$TMP/from_weights/metrics.jsonl" | sed -n 1p)
+want=$(field "$TMP/gpt2_ref.json" exported_loss_step0)
+awk -v a="$first" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+  fail "started from the exported weights, step 0's loss is $first, PyTorch's $want"
+echo "ok: model.weights from sluice export: step 0 loss $first, PyTorch $want"
+# Dropout 0.1 (embeddings, residuals and inside scaled_dot_product_attention):
+# the layouts draw the same masks (core/RandomStream.h).
+export_hf gpt2_drop --arch gpt2 --dropout 0.1
+drop=(--set model.path="$TMP/gpt2_drop/model.pt2")
+train drop_one "${drop[@]}"
+train drop_zb "${drop[@]}" --set pipeline.stages=2 --set pipeline.schedule=zb-h1
+train drop_2x2 "${drop[@]}" --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
+  --set optimizer.name=dist_adam
+compare_losses "$TMP/drop_one" "$TMP/drop_zb" $STEPS 0
+compare_losses "$TMP/drop_one" "$TMP/drop_2x2" $STEPS
+[ "$(losses "$TMP/drop_one/metrics.jsonl" | sed -n 1p)" != "$(losses "$TMP/gpt2_one/metrics.jsonl" | sed -n 1p)" ] ||
+  fail "dropout 0.1 gives the loss of dropout 0: it draws nothing"
+
+# Refusals.
+expect_failure missing_file "model.path '$TMP/nope.pt2' is not a file" "$TMP/e1" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/nope.pt2" --set job.output_dir="$TMP/e1"
+expect_failure not_a_zip "is not a torch.export archive" "$TMP/e2" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TEXT" --set job.output_dir="$TMP/e2"
+cat >"$TMP/bad_programs.py" <<'PY'
+import sys, torch
+class Emb(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 256)
+    def forward(self, ids):
+        return self.emb(ids)
+class Branchy(Emb):
+    def forward(self, ids):
+        x = self.emb(ids)
+        return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x * 3, (x,))
+ids = torch.randint(0, 256, (2, 32))
+torch.jit.script(Emb()).save(sys.argv[1] + "/script.pt")
+torch.export.save(torch.export.export(Branchy(), (ids,)), sys.argv[1] + "/cond.pt2")
+batch = torch.export.Dim("batch", min=2, max=64)
+torch.export.save(torch.export.export(Emb(), (ids,), dynamic_shapes=({0: batch},)), sys.argv[1] + "/dynamic.pt2")
+PY
+"$PY" "$TMP/bad_programs.py" "$TMP" >"$TMP/bad_programs.log" 2>&1 || { cat "$TMP/bad_programs.log"; fail "writing the bad programs"; }
+expect_failure torchscript_file "is a PyTorch zip but not a torch.export archive" "$TMP/e3" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/script.pt" --set job.output_dir="$TMP/e3"
+expect_failure higher_order_op "(torch.ops.higher_order.cond) is not an ATen operator" "$TMP/e4" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/cond.pt2" --set job.output_dir="$TMP/e4"
+expect_failure symbolic_shapes "ids has a symbolic size" "$TMP/e5" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/dynamic.pt2" --set job.output_dir="$TMP/e5"
+expect_failure micro_batch "was exported for batches of 2 rows, but training.micro_batch_size is 4" "$TMP/e6" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set training.micro_batch_size=4 --set job.output_dir="$TMP/e6"
+expect_failure weights_mismatch "holds 'model.embed_tokens.weight', which is no parameter or buffer of the model" "$TMP/e7" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.weights="$TMP/llama/model.safetensors" --set job.output_dir="$TMP/e7"
+echo "ok: Hugging Face GPT-2 and Llama through torch.export: PyTorch's losses on 1 stage and 2x2, from_pretrained of the export, dropout layouts, refusals"
