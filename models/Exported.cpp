@@ -295,23 +295,21 @@ void refuseSymbolicShapes(const std::string& path, const Json& graph) {
 ExportedSignature signatureOf(const std::string& path, const Json& module) {
   const auto& graph = module.at("graph");
   refuseSymbolicShapes(path, graph);
-  std::vector<std::string> users, outputs;
-  for (const auto& spec : module.at("signature").at("input_specs")) {
-    if (kindOf(spec) != "user_input") continue;
-    const auto& arg = spec.at("user_input").at("arg");
-    SLUICE_CHECK(kindOf(arg) == "as_tensor", ConfigError,
-                 "model.path '" << path << "': an input of forward is " << arg.dump()
-                                << ", not a tensor; export with tensor inputs (other arguments as kwargs)");
-    users.push_back(arg.at("as_tensor").at("name").get<std::string>());
-  }
-  for (const auto& spec : module.at("signature").at("output_specs")) {
-    if (kindOf(spec) != "user_output") continue;
-    const auto& arg = spec.at("user_output").at("arg");
-    SLUICE_CHECK(kindOf(arg) == "as_tensor", ConfigError,
-                 "model.path '" << path << "': an output of forward is " << arg.dump()
-                                << ", not a tensor; return the logits alone");
-    outputs.push_back(arg.at("as_tensor").at("name").get<std::string>());
-  }
+  // The names of the user inputs (outputs): each must be a tensor.
+  auto tensorsOf = [&](const char* specs, const char* kind, const std::string& what) {
+    std::vector<std::string> names;
+    for (const auto& spec : module.at("signature").at(specs)) {
+      if (kindOf(spec) != kind) continue;
+      const auto& arg = spec.at(kind).at("arg");
+      SLUICE_CHECK(kindOf(arg) == "as_tensor", ConfigError,
+                   "model.path '" << path << "': " << what << " is " << arg.dump() << ", not a tensor; export with "
+                                  << "tensor inputs (other arguments as kwargs) and the logits as the one output");
+      names.push_back(arg.at("as_tensor").at("name").get<std::string>());
+    }
+    return names;
+  };
+  const auto users = tensorsOf("input_specs", "user_input", "an input of forward");
+  const auto outputs = tensorsOf("output_specs", "user_output", "an output of forward");
   SLUICE_CHECK(users.size() == 1, ConfigError,
                "model.path '" << path << "': forward takes " << users.size()
                               << " tensor inputs; Sluice feeds one (the token ids): export with one input");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (through the device tool), from the repository root
 # with .gpukit carried (scripts/gpu/kit.sh made it here):
-#   bash scripts/gpu/check.sh [STEP...]    steps: env plan cli gtests bench (default: env cli gtests)
+#   bash scripts/gpu/check.sh [STEP...]    steps: env plan exported cli gtests bench (default: env cli gtests)
 # Unpacks the kit under /tmp/gpukit, links in only the libraries and Open MPI
 # paths that machine lacks, points /opt/sluice/torch-2.11 (the path the
 # binaries were built against) at its own Python's torch, then runs the CUDA
@@ -72,11 +72,18 @@ for step in "${steps[@]}"; do
     plan)  # the GPU memory-plan test alone in its own processes, with C++ stack traces
       run gtest_plan_alone 240 env TORCH_SHOW_CPP_STACKTRACES=1 "${mpirun[@]}" "$bin/sluice_tests" \
         --gtest_filter='CudaMemoryPlanExactness.*' ;;
+    exported)  # a Hugging Face GPT-2 (torch.export, dropout 0.1; kit.sh made it) on the GPU: 1 stage vs 2 within 1e-5
+      run exported 300 bash -c "set -e; for s in 1 2; do $bin/sluice train .gpukit/hf/hf.yaml --set pipeline.stages=\$s \
+          --set job.output_dir=/tmp/gpukit/exp\$s; grep -o '\"loss\": *[0-9.e-]*' /tmp/gpukit/exp\$s/metrics.jsonl |
+          cut -d: -f2 >/tmp/gpukit/exp\$s.losses; done
+        paste /tmp/gpukit/exp1.losses /tmp/gpukit/exp2.losses | awk '{ d = \$1 - \$2; if (d < 0) d = -d; r = d / \$1;
+          if (r > m) m = r; n++; print } END { printf \"exported on cuda: 1 vs 2 stages, %d steps, max relative %g\\n\", n, m;
+          exit !(n == 10 && m <= 1e-5) }'" ;;
     cli)
       run cli_cuda 420 bash tests/cli/cuda.sh "$bin/sluice" "$root" ;;
     bench)
       run bench_precision 300 env SLUICE_BIN="$bin/sluice" bash bench/precision_gpu.sh ;;
-    *) echo "check: unknown step '$step' (env plan cli gtests bench)" >&2; exit 2 ;;
+    *) echo "check: unknown step '$step' (env plan exported cli gtests bench)" >&2; exit 2 ;;
   esac
 done
 echo "=== summary"

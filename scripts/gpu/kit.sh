@@ -30,5 +30,20 @@ packages=$(printf '%s\n' $packages openmpi-bin openmpi-common libopenmpi3 libpmi
 list=$(for p in $packages; do dpkg -L "$p" | while read -r f; do [ -f "$f" ] || [ -L "$f" ] && echo "$f"; done; done |
   grep -Ev '^/usr/share/(doc|man|lintian|info)/' | sort -u)
 tar -cf "$kit/root.tar" --no-recursion $list 2>/dev/null
+# A Hugging Face GPT-2 (dropout 0.1) as a torch.export program, for check.sh's
+# step exported (that machine has no transformers).
+py=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
+if "$py" -c "import transformers" 2>/dev/null; then
+  HF_HUB_OFFLINE=1 "$py" "$root/models/export_hf.py" "$kit/hf" --arch gpt2 --vocab 256 --block 32 --embd 32 --layers 2 \
+    --heads 4 --batch 2 --dropout 0.1 >/dev/null 2>&1 && echo "kit: $kit/hf/model.pt2 (GPT-2 through torch.export)"
+  cat >"$kit/hf/hf.yaml" <<YAML
+job: {name: exported, device: cuda, seed: 7}
+model: {name: exported, path: .gpukit/hf/model.pt2}
+data: {name: text, path: /usr/share/games/fortunes}
+training: {steps: 10, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {microbatches: 4}
+logging: {interval: 5}
+YAML
+fi
 echo "kit: $(echo "$packages" | wc -w) packages ($(echo "$packages" | tr '\n' ' ')), $(echo "$list" | wc -l) files"
 du -sh "$kit"

@@ -27,15 +27,11 @@ export_hf() {  # export_hf DIR [flags...]: models/export_hf.py into $TMP/DIR
 }
 export_hf gpt2 --arch gpt2
 export_hf llama --arch llama --kv-heads 2 --ffn 64 --tie
-cat >"$TMP/hf.yaml" <<YAML
+{ cat <<YAML
 job: {name: hf, output_dir: $TMP/unused, seed: $SEED}
 model: {name: exported, path: $TMP/gpt2/model.pt2}
-data: {name: text, path: $TEXT}
-training: {steps: $STEPS, global_batch_size: 8, micro_batch_size: 2}
-pipeline: {stages: 1, microbatches: 4}
-optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
-logging: {interval: 5}
 YAML
+  lm_yaml_tail; } >"$TMP/hf.yaml"
 train() {  # train NAME [--set ...]
   local name=$1
   shift

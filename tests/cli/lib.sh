@@ -39,6 +39,18 @@ compare_losses() {
     fail "losses of $a and $b differ"
 }
 
+# lm_yaml_tail: the data, training, pipeline, optimizer and logging lines of
+# a small language-model config (TEXT, STEPS, LR, WD set by the test).
+lm_yaml_tail() {
+  cat <<YAML
+data: {name: text, path: $TEXT}
+training: {steps: $STEPS, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {stages: 1, microbatches: 4}
+optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
+logging: {interval: 5}
+YAML
+}
+
 # expect_failure NAME EXPECTED_TEXT OUTPUT_DIR -- command...: the command must exit
 # non-zero, print EXPECTED_TEXT, and leave OUTPUT_DIR absent.
 expect_failure() {

@@ -19,7 +19,7 @@ TEXT=/usr/share/games/fortunes/fortunes
 BLOCK=32 SEED=7 STEPS=10 LR=0.002 WD=0.01
 "$PY" "$ROOT/models/export_example.py" "$TMP/model.pt" --block $BLOCK --embd 32 --heads 4 --layers 2 \
   >"$TMP/export.log" 2>&1 || { cat "$TMP/export.log"; fail "export_example.py"; }
-cat >"$TMP/ts.yaml" <<YAML
+{ cat <<YAML
 job: {name: ts, output_dir: $TMP/unused, seed: $SEED}
 model:
   name: torchscript
@@ -27,12 +27,8 @@ model:
   inputs: [{name: tokens, shape: [$BLOCK], dtype: int64}]
   targets: {shape: [$BLOCK], dtype: int64}
   loss: cross_entropy
-data: {name: text, path: $TEXT}
-training: {steps: $STEPS, global_batch_size: 8, micro_batch_size: 2}
-pipeline: {stages: 1, microbatches: 4}
-optimizer: {name: adamw, lr: $LR, weight_decay: $WD, schedule: constant}
-logging: {interval: 5}
 YAML
+  lm_yaml_tail; } >"$TMP/ts.yaml"
 train_on() {  # train_on CONFIG NAME [--set ...]
   local config=$1 name=$2
   shift 2
