@@ -302,12 +302,7 @@ std::string Trainer::settingsTable() const {
                    " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
   const std::string schedule =
       scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "") +
-      (chunks_ > 1 ? ", " + std::to_string(chunks_) + " stages per rank (" +
-                         (placement_.v ? "in a V: rank r hosts stages r and " + std::to_string(2 * c_.pipeline.stages - 1) +
-                                             " - r"
-                                       : "stage s on rank s % " + std::to_string(c_.pipeline.stages)) +
-                         ")"
-                   : "");
+      (chunks_ > 1 ? ", " + std::to_string(chunks_) + " stages per rank (" + placement_.describe() + ")" : "");
   row("schedule", schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
                       std::to_string(c_.training.microBatchSize));
   row("graph", std::to_string(graph_->numNodes()) + " nodes, cuts at [" + cutText + "]");

@@ -12,10 +12,7 @@ namespace sluice::partition {
 std::string Plan::placementText() const {
   const int ranks = static_cast<int>(stages.size()) / std::max(1, chunks);
   const auto* kind = pipeline::findScheduleKind(schedule);
-  if (kind && kind->vShape) {
-    return "in a V: rank r hosts stages r and " + std::to_string(2 * ranks - 1) + " - r";
-  }
-  return "stage s on rank s % " + std::to_string(ranks);
+  return pipeline::Placement{ranks, chunks, kind && kind->vShape}.describe();
 }
 
 std::string Plan::table() const {

@@ -21,6 +21,11 @@ int Placement::rankOf(int stage) const {
   return stage % ranks;
 }
 
+std::string Placement::describe() const {
+  if (v) return "in a V: rank r hosts stages r and " + std::to_string(2 * ranks - 1) + " - r";
+  return "stage s on rank s % " + std::to_string(ranks);
+}
+
 std::vector<int> Placement::stagesOf(int rank) const {
   std::vector<int> out;
   for (int s = 0; s < ranks * chunks; ++s) {

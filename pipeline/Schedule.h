@@ -59,6 +59,9 @@ struct Placement {
   bool v = false;
   int rankOf(int stage) const;
   std::vector<int> stagesOf(int rank) const;  // ascending
+  // For plans and reports: "stage s on rank s % 2", "in a V: rank r hosts
+  // stages r and 3 - r".
+  std::string describe() const;
 };
 
 struct Schedule {
