@@ -16,7 +16,6 @@ namespace sluice::models {
 using Json = nlohmann::json;
 
 struct ExportedModel::Step {
-  std::string name, target;
   std::optional<c10::OperatorHandle> op;  // none: an assertion, not run (Exported.h)
   const Json* node = nullptr;
 };
@@ -93,10 +92,9 @@ ExportedModel::Step resolve(const std::string& path, const Json& node, std::set<
   const Refusal refuse(path, node);
   ExportedModel::Step step;
   step.node = &node;
-  step.name = node.value("name", "");
-  step.target = node.value("target", "");
-  if (kAssertions.count(step.target)) return step;
-  step.op = findOperator(step.target);
+  const std::string target = node.value("target", "");
+  if (kAssertions.count(target)) return step;
+  step.op = findOperator(target);
   if (!step.op) {
     refuse("is not an ATen operator in LibTorch's registry",
            "Sluice trains programs of ATen operators: export without higher-order ops (torch.cond, while_loop, "
@@ -320,21 +318,53 @@ ExportedSignature signatureOf(const std::string& path, const Json& module) {
   return {tensorValue(path, graph, users[0]), tensorValue(path, graph, outputs[0])};
 }
 
+// A graph input: a parameter, buffer or lifted constant (its FQN), or the
+// user input (fqn "").
+struct Placeholder {
+  std::string name, fqn;
+  bool parameter = false;
+  bool transient = false;  // a non-persistent buffer or a lifted constant (ExportedModel::transientBuffers)
+};
+
+// The graph's placeholders, in the signature's order. Constant inputs (kwargs
+// baked in) have none; other kinds (effect tokens, custom objects) are refused.
+std::vector<Placeholder> placeholdersOf(const std::string& path, const Json& module) {
+  std::vector<Placeholder> out;
+  for (const auto& spec : module.at("signature").at("input_specs")) {
+    const std::string kind = kindOf(spec);
+    const auto& s = spec.at(kind);
+    if (kind == "parameter" || kind == "buffer" || kind == "tensor_constant") {
+      out.push_back({s.at("arg").at("name").get<std::string>(),
+                     s.at(kind == "parameter" ? "parameter_name" : kind == "buffer" ? "buffer_name"
+                                                                                   : "tensor_constant_name"),
+                     kind == "parameter", kind == "tensor_constant" || (kind == "buffer" && !s.value("persistent", true))});
+    } else if (kind == "user_input") {
+      out.push_back({s.at("arg").at("as_tensor").at("name").get<std::string>(), "", false, false});
+    } else if (kind != "constant_input") {
+      throw ConfigError("model.path '" + path + "': an input of kind " + kind +
+                        " (effect tokens, custom objects) cannot be trained by Sluice; export without it");
+    }
+  }
+  return out;
+}
+
+// Every node resolved in order (resolve()), from the placeholders.
+std::vector<ExportedModel::Step> resolveAll(const std::string& path, const Json& module,
+                                            const std::vector<Placeholder>& placeholders) {
+  std::set<std::string> defined;
+  for (const auto& p : placeholders) defined.insert(p.name);
+  std::vector<ExportedModel::Step> steps;
+  for (const auto& node : module.at("graph").at("nodes")) steps.push_back(resolve(path, node, defined));
+  return steps;
+}
+
 }  // namespace
 
 ExportedSignature readExportedSignature(const std::string& path) {
   const auto program = readPt2Program(path);
   const auto& module = program->at("graph_module");
   auto signature = signatureOf(path, module);
-  std::set<std::string> defined;
-  for (const auto& spec : module.at("signature").at("input_specs")) {
-    const std::string kind = kindOf(spec);
-    if (kind == "constant_input") continue;
-    const auto& arg = spec.at(kind).at("arg");
-    defined.insert(arg.contains("as_tensor") ? arg.at("as_tensor").at("name").get<std::string>()
-                                             : arg.at("name").get<std::string>());
-  }
-  for (const auto& node : module.at("graph").at("nodes")) resolve(path, node, defined);
+  resolveAll(path, module, placeholdersOf(path, module));
   return signature;
 }
 
@@ -344,34 +374,21 @@ ExportedModel ExportedModel::load(const std::string& path) {
   m.path_ = path;
   m.program_ = archive.program;
   const auto& module = m.program_->at("graph_module");
-  const auto& graph = module.at("graph");
   const auto signature = signatureOf(path, module);
   m.input_ = signature.input;
   m.output_ = signature.output;
   m.holder_ = std::make_shared<torch::nn::Module>("Exported");
-  std::set<std::string> defined;
-  for (const auto& spec : module.at("signature").at("input_specs")) {
-    const std::string kind = kindOf(spec);
-    const auto& s = spec.at(kind);
-    if (kind == "parameter" || kind == "buffer" || kind == "tensor_constant") {
-      const std::string fqn = s.at(kind == "parameter" ? "parameter_name" : kind == "buffer" ? "buffer_name"
-                                                                                          : "tensor_constant_name");
-      auto found = archive.tensors.find(fqn);
-      SLUICE_CHECK(found != archive.tensors.end(), ConfigError,
-                   "model.path '" << path << "': the archive lacks the values of " << fqn);
-      registerAt(*m.holder_, fqn, found->second, kind == "parameter");
-      if (kind == "tensor_constant" || (kind == "buffer" && !s.value("persistent", true))) m.transient_.push_back(fqn);
-      m.bound_.emplace_back(s.at("arg").at("name").get<std::string>(), fqn);
-      defined.insert(m.bound_.back().first);
-    } else if (kind == "user_input") {
-      defined.insert(s.at("arg").at("as_tensor").at("name").get<std::string>());
-    } else if (kind != "constant_input") {
-      throw ConfigError("model.path '" + path + "': an input of kind " + kind +
-                        " (effect tokens, custom objects) cannot be trained by Sluice; export without it");
-    }
+  const auto placeholders = placeholdersOf(path, module);
+  for (const auto& p : placeholders) {
+    if (p.fqn.empty()) continue;  // the user input
+    auto found = archive.tensors.find(p.fqn);
+    SLUICE_CHECK(found != archive.tensors.end(), ConfigError,
+                 "model.path '" << path << "': the archive lacks the values of " << p.fqn);
+    registerAt(*m.holder_, p.fqn, found->second, p.parameter);
+    if (p.transient) m.transient_.push_back(p.fqn);
+    m.bound_.emplace_back(p.name, p.fqn);
   }
-  m.steps_ = std::make_shared<std::vector<Step>>();
-  for (const auto& node : graph.at("nodes")) m.steps_->push_back(resolve(path, node, defined));
+  m.steps_ = std::make_shared<std::vector<Step>>(resolveAll(path, module, placeholders));
   for (const auto& spec : module.at("signature").at("output_specs")) {
     const std::string kind = kindOf(spec);
     const auto& arg = spec.at(kind).at("arg");

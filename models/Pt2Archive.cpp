@@ -90,7 +90,6 @@ void readPayloads(caffe2::serialize::PyTorchStreamReader& zip, const std::string
   std::map<std::string, torch::Tensor> storages;
   for (auto& [fqn, entry] : doc.at("config").items()) {
     out.tensors[fqn] = payload(zip, path, dir, fqn, entry, storages);
-    if (entry.value("is_param", false)) out.parameters.insert(fqn);
   }
 }
 

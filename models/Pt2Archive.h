@@ -26,7 +26,6 @@
 
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 
 namespace sluice::models {
@@ -35,7 +34,6 @@ struct Pt2Archive {
   std::string path;
   std::shared_ptr<const nlohmann::json> program;   // models/model.json
   std::map<std::string, torch::Tensor> tensors;    // weights and constants by FQN
-  std::set<std::string> parameters;                // the FQNs that are parameters
 };
 
 Pt2Archive readPt2(const std::string& path);

@@ -39,6 +39,18 @@ compare_losses() {
     fail "losses of $a and $b differ"
 }
 
+# reference_losses REF_JSON: the per-step losses a PyTorch reference wrote
+# (tests/cli/torchscript_reference.py), one per line.
+reference_losses() { "$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$1"; }
+# same_as_reference REF_LOSSES RUN [LABEL]: RUN's per-step losses (STEPS of
+# them) equal the reference's within relative 1e-5.
+same_as_reference() {
+  paste "$1" <(losses "$TMP/$2/metrics.jsonl") | awk -v run="${3:-$2}" -v steps=$STEPS '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
+    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
+    fail "$2: losses differ from PyTorch's"
+}
+
 # lm_yaml_tail: the data, training, pipeline, optimizer and logging lines of
 # a small language-model config (TEXT, STEPS, LR, WD set by the test).
 lm_yaml_tail() {

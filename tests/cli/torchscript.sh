@@ -36,13 +36,6 @@ train_on() {  # train_on CONFIG NAME [--set ...]
     >"$TMP/$name.log" 2>&1 || { cat "$TMP/$name.log"; fail "train $name"; }
 }
 train() { train_on "$TMP/ts.yaml" "$@"; }
-# same_losses REF_LOSSES RUN [LABEL]: RUN's per-step losses equal the reference's within relative 1e-5.
-same_losses() {
-  paste "$1" <(losses "$TMP/$2/metrics.jsonl") | awk -v run="${3:-$2}" -v steps=$STEPS '
-    { d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > max) max = r; if (r > 1e-5) bad = 1; n++ }
-    END { printf "%s vs PyTorch: %d steps, max relative difference %g\n", run, n, max; exit (bad || n != steps) }' ||
-    fail "$2: losses differ from PyTorch's"
-}
 train one --set checkpoint.interval=5
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
   --set optimizer.name=dist_adam
@@ -50,9 +43,8 @@ grep -q "model: $TMP/one/model.pt" "$TMP/one.log" || fail "no model.pt line"
 "$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/model.pt" --data text --path $TEXT --seed $SEED \
   --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/ref.json" \
   --exported "$TMP/one/model.pt" || fail "the PyTorch reference"
-"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/ref.json" \
-  >"$TMP/ref.losses"
-for run in one two_by_two; do same_losses "$TMP/ref.losses" $run; done
+reference_losses "$TMP/ref.json" >"$TMP/ref.losses"
+for run in one two_by_two; do same_as_reference "$TMP/ref.losses" $run; done
 # Tied input and output embeddings (head.weight = tok.weight, as in GPT-2 and
 # Llama): read on the first and the last stage, each holds it and their
 # gradients are summed before every update (Trainer.h, Note [tied
@@ -68,9 +60,8 @@ grep -q "tied parameters: tok.weight on pipeline ranks 0 1" "$TMP/tied_two_by_tw
 "$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/tied.pt" --data text --path $TEXT --seed $SEED \
   --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/tied_ref.json" \
   --exported "$TMP/tied_two_by_two/model.pt" || fail "the PyTorch reference (tied)"
-"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" \
-  "$TMP/tied_ref.json" >"$TMP/tied_ref.losses"
-for run in tied_one tied_two_by_two; do same_losses "$TMP/tied_ref.losses" $run; done
+reference_losses "$TMP/tied_ref.json" >"$TMP/tied_ref.losses"
+for run in tied_one tied_two_by_two; do same_as_reference "$TMP/tied_ref.losses" $run; done
 "$PY" - "$TMP" "$TMP/tied_ref.json" <<'PY' || fail "tied model.pt"
 import json, sys, torch
 d, r = sys.argv[1], json.load(open(sys.argv[2]))
@@ -126,7 +117,7 @@ expect_failure tied_with_hooks "is read by stages on several pipeline ranks (tie
   >"$TMP/export_with_loss.log" 2>&1 || { cat "$TMP/export_with_loss.log"; fail "export_example.py --with-loss"; }
 train own_loss --set model.path="$TMP/with_loss.pt" --set model.loss=none --set pipeline.stages=2 \
   --set "model.inputs=[{name: tokens, shape: [$BLOCK], dtype: int64}]"
-same_losses "$TMP/ref.losses" own_loss "own_loss (model.loss: none, 2 stages)"
+same_as_reference "$TMP/ref.losses" own_loss "own_loss (model.loss: none, 2 stages)"
 # model.pt in Python: the reference model's logits (not the initial file's), and Sluice from model.pt
 # computes the loss Python computes with it.
 "$PY" - "$TMP/ref.json" <<'PY' || fail "model.pt outputs"
@@ -227,9 +218,8 @@ train_cnn cnn_2x2 --set pipeline.stages=2 --set pipeline.data_parallel=2 --set p
 "$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/cnn.pt" --data fashion_mnist --path $FMNIST --seed $SEED \
   --steps $STEPS --global 16 --micro 4 --lr 0.003 --wd $WD --out "$TMP/cnn_ref.json" --exported "$TMP/cnn_one/model.pt" \
   --eval-samples 256 || fail "the PyTorch reference (cnn)"
-"$PY" -c "import json, sys; print('\n'.join(repr(l) for l in json.load(open(sys.argv[1]))['losses']))" "$TMP/cnn_ref.json" \
-  >"$TMP/cnn_ref.losses"
-for run in cnn_one cnn_two cnn_2x2; do same_losses "$TMP/cnn_ref.losses" $run; done
+reference_losses "$TMP/cnn_ref.json" >"$TMP/cnn_ref.losses"
+for run in cnn_one cnn_two cnn_2x2; do same_as_reference "$TMP/cnn_ref.losses" $run; done
 "$PY" - "$TMP/cnn_ref.json" "$TMP/cnn_one/metrics.jsonl" "$TMP/cnn_two/metrics.jsonl" <<'PY' || fail "cnn evaluation / model.pt"
 import json, sys
 r = json.load(open(sys.argv[1]))
