@@ -25,7 +25,7 @@ void Problem::validate() const {
                "partition: " << n << " nodes need " << n + 1 << " cut entries, got " << cutBytes.size() << " and "
                              << validCut.size());
   SLUICE_CHECK(stages >= 1 && microBatches >= 1, PlanError, "partition: stages and micro-batches must be >= 1");
-  SLUICE_CHECK(budgetBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && swapCpuSecondsPerByte >= 0 &&
+  SLUICE_CHECK(budgetBytes >= 0 && unitBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && swapCpuSecondsPerByte >= 0 &&
                    p2pBandwidth >= 0 &&
                    swapWindowBytes >= 0 && swapWindowShare >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
                PlanError, "partition: negative budget, bandwidth, window or memory factor");
@@ -90,7 +90,12 @@ int64_t Problem::stepBytes(int64_t paramBytes, int64_t largestParamBytes) const 
   return static_cast<int64_t>(static_cast<double>(paramBytes) / d + static_cast<double>(gathered) * (1 + 1 / d));
 }
 
-int64_t memoryUnit(const Problem& p) { return std::max<int64_t>(1, p.budgetBytes / 1024); }
+int64_t memoryUnit(const Problem& p) {
+  if (p.unitBytes > 0) return p.unitBytes;
+  int64_t total = 0;
+  for (auto& st : p.storages) total += st.bytes;
+  return std::max<int64_t>(1, total / (kMemoryUnitsPerStage * p.stages));
+}
 
 double commSeconds(const Problem& p, int cut) {
   if (cut <= 0 || cut >= p.numNodes() || p.p2pBandwidth <= 0) return 0;
@@ -120,8 +125,8 @@ int64_t buffers(const Problem& p, int first, int end) {
 
 }  // namespace
 
-bool freeable(const Problem& p, int x, int first) {
-  if (p.budgetBytes <= 0 || p.storages[x].bytes / memoryUnit(p) <= 0) return false;
+bool freeable(const Problem& p, int x, int first, int64_t unit) {
+  if (p.budgetBytes <= 0 || p.storages[x].bytes / unit <= 0) return false;
   return p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity();
 }
 
@@ -207,8 +212,9 @@ int64_t transientBound(const Problem& p, int first, int end, bool recomputes) {
   }
   std::vector<int64_t> active(end - first, 0);
   int64_t replay = 0;  // the largest workspace of a node a recompute may re-run
+  const int64_t unit = memoryUnit(p);
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-    if (!storageInStage(p, x, first, end) || !freeable(p, x, first)) continue;
+    if (!storageInStage(p, x, first, end) || !freeable(p, x, first, unit)) continue;
     const auto& st = p.storages[x];
     for (int j = st.firstSaver; j <= std::min(spans[x], end - 1); ++j) active[j - first] += st.bytes;
     if (recomputes && recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity()) {

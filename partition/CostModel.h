@@ -64,8 +64,9 @@
 // knapsack. Spans are computed as if every recomputable storage were
 // recomputed when the stage recomputes anything (and every node then counts
 // the largest workspace a recompute may re-run); from first saver to last
-// reader when it only swaps (nothing is read back early then). Freed bytes count in whole units u = max(1, budget / 1024), each
-// storage's rounded down; a stage fits when the units it frees cover
+// reader when it only swaps (nothing is read back early then). Freed bytes
+// count in whole units u (memoryUnit, Note [memory unit]), each storage's
+// rounded down; a stage fits when the units it frees cover
 // ceil(ceil(E / inFlight) / u), E = the bound with everything kept - budget.
 // Both are conservative (what fits in units fits in bytes).
 // Pure functions; thread-safe.
@@ -166,6 +167,9 @@ struct Problem {
   // bytes with weightReads.
   int64_t weightHeldBound(int stage, int first, int end, int64_t weightSaved) const;
   int64_t budgetBytes = 0;         // per stage; 0: no limit
+  // The unit the memory knapsacks count in (memoryUnit); 0: derived from the
+  // storages. It must not depend on the budget: Note [memory unit].
+  int64_t unitBytes = 0;
   int budgetShares = 1;            // stages per rank sharing the rank's budget equally (messages name the rank's)
   double staticPerParamByte = 4;   // see above
   // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
@@ -193,6 +197,16 @@ int inFlight(const Problem& problem, int stage);
 // holds all it held before) its weight-pending ones too. Freeing a byte
 // lowers the bound by this many bytes.
 int holdingFactor(const Problem& problem, int stage, int first);
+// Note [memory unit]: the knapsacks count freed memory in whole units, each
+// storage rounded down and each need rounded up, so a plan that fits in units
+// fits in bytes. The unit is a fixed fraction of the problem's saved bytes
+// (unitBytes, or a stage's share of all storages' bytes / 512: about the
+// budget / 1024 it once was, for a stage holding 2 micro-batches), never of
+// the budget:
+// with a unit that grew with the budget, a larger budget could round away
+// more than it added, so feasibility was not monotone in the budget and the
+// smallest budget that fits (minimalBudget) could fail one MiB higher.
+constexpr int64_t kMemoryUnitsPerStage = 512;
 int64_t memoryUnit(const Problem& problem);
 double commSeconds(const Problem& problem, int cut);  // both directions at one cut; 0 at 0 and n
 bool storageInStage(const Problem& problem, int storage, int first, int end);
@@ -208,7 +222,7 @@ int64_t transientBound(const Problem& problem, int first, int end, bool recomput
 // recomputed, for any stage.
 std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed, int first);
 std::vector<int> spanEndsBound(const Problem& problem);
-bool freeable(const Problem& problem, int storage, int first);
+bool freeable(const Problem& problem, int storage, int first, int64_t unit);  // unit: memoryUnit(problem)
 // The largest workspace of the nodes recomputing `storage` re-runs in [first, end).
 int64_t segmentWorkspace(const Problem& problem, int storage, int first, int end);
 

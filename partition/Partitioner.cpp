@@ -60,7 +60,10 @@ struct StageSums {
   std::vector<KnapsackItem> items;
   int64_t freeableAll = 0, freeableRecompute = 0, freeableSwap = 0;
 
-  StageSums(int firstNode, const std::vector<int>& lastReaders, const std::vector<int>& chainSpans) : first(firstNode) {
+  int64_t unit = 1;  // memoryUnit(p), derived once per Context
+  StageSums(int firstNode, int64_t memoryUnitBytes, const std::vector<int>& lastReaders,
+            const std::vector<int>& chainSpans)
+      : first(firstNode), unit(memoryUnitBytes) {
     plain.spans = &lastReaders;
     chained.spans = &chainSpans;
   }
@@ -95,7 +98,7 @@ struct StageSums {
     if (st.weightReads) weightSaved += st.bytes;
     KnapsackItem it;
     it.storage = x;
-    it.units = p.budgetBytes > 0 ? st.bytes / memoryUnit(p) : 0;
+    it.units = p.budgetBytes > 0 ? st.bytes / unit : 0;
     it.recompute = recomputeSeconds(p, x, first);
     it.swap = p.swapSecondsPerByte > 0 ? p.swapSecondsPerByte * static_cast<double>(st.bytes) : kInf;
     it.swapCpu = p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
@@ -130,7 +133,7 @@ struct StageSums {
            p.budgetBytes;
   }
   int64_t need(const Problem& p, int k, int end, Variant v) const {
-    return unitsFor(excess(p, k, end, v, saved), holdingFactor(p, k, first), memoryUnit(p));
+    return unitsFor(excess(p, k, end, v, saved), holdingFactor(p, k, first), unit);
   }
   // A lower bound of every variant's excess that never decreases as the stage grows.
   int64_t monotoneExcess(const Problem& p, int f) const {
@@ -169,15 +172,16 @@ struct Context {
   std::vector<std::vector<int>> entrants;
   std::vector<int> readers, chains;
   std::set<int> flights;  // distinct holding factors of the stages (holdingFactor, at the first node or later)
+  int64_t unit;
   explicit Context(const Problem& problem)
       : p(problem), entrants(storagesByFirstSaver(problem)), readers(lastReaders(problem)),
-        chains(spanEndsBound(problem)) {
+        chains(spanEndsBound(problem)), unit(memoryUnit(problem)) {
     for (int k = 0; k < p.stages; ++k) {
       flights.insert(holdingFactor(p, k, 0));
       flights.insert(holdingFactor(p, k, 1));
     }
   }
-  StageSums sums(int first) const { return StageSums(first, readers, chains); }
+  StageSums sums(int first) const { return StageSums(first, unit, readers, chains); }
   // Adds node j and its entrants; the freeable ones go to `added`.
   void grow(StageSums& s, int j, std::vector<KnapsackItem>* added) const {
     s.addNode(p, j);
@@ -189,7 +193,7 @@ struct Context {
   }
   // Stage k can never fit again, however it grows.
   bool neverFits(const StageSums& s, int f) const {
-    return p.budgetBytes > 0 && unitsFor(s.monotoneExcess(p, f), f, memoryUnit(p)) > s.freeableAll;
+    return p.budgetBytes > 0 && unitsFor(s.monotoneExcess(p, f), f, unit) > s.freeableAll;
   }
 };
 
@@ -513,17 +517,29 @@ int64_t minimalBudget(const Problem& p) {
     }
   }
   if (dp[stages - 1][n] == inf) return -1;
-  // Then up until the exact (unit-rounded) model finds a plan.
+  // Then the exact (unit-rounded) model: feasibility is monotone in the
+  // budget (Note [memory unit], CostModel.h), so gallop up from the bound to
+  // a budget that fits, then bisect between the last that did not and it.
   q = p;
-  int64_t budget = std::max<int64_t>(1, dp[stages - 1][n]);
-  for (int tries = 0; tries < 400; ++tries) {
+  q.unitBytes = memoryUnit(p);
+  const auto fits = [&](int64_t budget) {
     q.budgetBytes = budget;
     double t = 0;
     std::vector<int> cuts;
-    if (optimalCuts(q, &cuts, &t)) return budget;
-    budget += std::max<int64_t>(1, budget / 256);
+    return optimalCuts(q, &cuts, &t);
+  };
+  int64_t lo = std::max<int64_t>(1, dp[stages - 1][n]) - 1;  // below the bound: does not fit
+  int64_t hi = lo + 1, step = std::max<int64_t>(q.unitBytes, hi / 256);
+  for (int tries = 0; !fits(hi); ++tries, step *= 2) {
+    if (tries == 62 || hi > inf / 4) return -1;
+    lo = hi;
+    hi += step;
   }
-  return -1;
+  while (hi - lo > std::max<int64_t>(1, hi >> 16)) {  // to 1/65536 of the budget
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 Partition partitionOptimal(const Problem& p) {

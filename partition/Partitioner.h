@@ -50,8 +50,9 @@ Partition partitionWithCuts(const Problem& problem, const std::vector<int>& cuts
 // when even freeing every freeable tensor is not enough.
 StageCost bestStage(const Problem& problem, int stage, int first, int end);
 
-// The smallest per-stage budget (bytes) with which partitionOptimal finds a
-// plan; -1 when none does (e.g. more stages than valid cuts).
+// The smallest per-stage budget (bytes, to 1/65536 of it) with which
+// partitionOptimal finds a plan; -1 when none does (e.g. more stages than
+// valid cuts). Every larger budget finds one too (Note [memory unit]).
 int64_t minimalBudget(const Problem& problem);
 
 // Internal (Partitioner.cpp, PartitionWithCuts.cpp): a budget for a message,

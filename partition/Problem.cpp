@@ -157,6 +157,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
       for (auto& s : p.storages) s.lastParamWriter = n;
     }
   }
+  p.unitBytes = memoryUnit(p);  // fixed once (Note [memory unit])
   p.validate();
   return p;
 }

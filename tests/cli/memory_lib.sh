@@ -14,22 +14,14 @@ plan() {  # plan NAME [args...]
   "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" "$@" >"$TMP/$name.plan.log" 2>&1 ||
     { cat "$TMP/$name.plan.log"; fail "partition $name"; }
 }
-# plan_from NAME BUDGET_MIB [args...]: a plan at the first budget from
-# BUDGET_MIB up (1 MiB steps, 4 tries) the partitioner meets (memory units
-# are budget / 1024 and each storage frees whole units, so a budget just
-# above the smallest can miss by rounding); prints that budget.
+# plan_from NAME BUDGET_MIB [args...]: a plan at BUDGET_MIB, which must fit:
+# every budget from the smallest the partitioner names up does (Note [memory
+# unit], partition/CostModel.h); prints that budget.
 plan_from() {
-  local name=$1 budget=$2 try
+  local name=$1 budget=$2
   shift 2
-  for try in 0 1 2 3; do
-    if "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/$name.pb" --budget-mb $((budget + try)) \
-      "$@" >"$TMP/$name.plan.log" 2>&1; then
-      echo $((budget + try))
-      return 0
-    fi
-  done
-  cat "$TMP/$name.plan.log" >&2
-  fail "partition $name: no plan from $budget MiB to $((budget + 3)) MiB"
+  plan "$name" --budget-mb "$budget" "$@" >&2
+  echo "$budget"
 }
 train() {  # train NAME PLAN [args...]
   local name=$1 planFile=$2

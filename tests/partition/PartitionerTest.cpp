@@ -118,7 +118,7 @@ double bruteForce(const Problem& p) {
     if (found != stageBest.end()) return found->second;
     std::vector<int> items;
     for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-      if (storageInStage(p, x, first, end) && freeable(p, x, first)) items.push_back(x);
+      if (storageInStage(p, x, first, end) && freeable(p, x, first, memoryUnit(p))) items.push_back(x);
     }
     double bestTime = INFINITY;
     std::vector<std::pair<int, Action>> freed;
@@ -227,6 +227,29 @@ TEST(Partitioner, InfeasibleNamesTheSmallestBudgetThatFits) {
     p.budgetBytes = need;
     EXPECT_FALSE(std::isinf(bruteForce(p))) << "the named budget " << need << " must fit";
   }
+}
+
+// Note [memory unit]: a budget that fits, fits when raised, so the smallest
+// budget is one number: every budget from it up fits (by brute force), and
+// one step of its precision below it does not.
+TEST(Partitioner, FeasibilityIsMonotoneInTheBudget) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    auto p = randomProblem(rng);
+    if (p.budgetBytes == 0) continue;
+    const int64_t need = minimalBudget(p);
+    if (need < 0) continue;
+    ++checked;
+    p.budgetBytes = need - std::max<int64_t>(1, need >> 16);
+    EXPECT_TRUE(std::isinf(bruteForce(p))) << "a budget below the smallest, " << p.budgetBytes << ", fits";
+    for (double raise : {1.0, 1.001, 1.01, 1.03, 1.1, 1.3, 2.0}) {
+      p.budgetBytes = static_cast<int64_t>(std::ceil(static_cast<double>(need) * raise));
+      EXPECT_FALSE(std::isinf(bruteForce(p))) << "budget " << p.budgetBytes << " (" << raise << " x the smallest, "
+                                              << need << ") does not fit";
+    }
+  }
+  EXPECT_GE(checked, 40);
 }
 
 // A weight read on both stages counts on both (the last stage holds a copy:
