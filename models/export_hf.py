@@ -2,7 +2,7 @@
 """A Hugging Face causal language model as a torch.export program for Sluice.
 
     python models/export_hf.py OUT_DIR --arch gpt2 --vocab 256 --block 32 --embd 32 --layers 2 --heads 4 --batch 2
-    python models/export_hf.py OUT_DIR --arch llama --kv-heads 2 --tie ...
+    python models/export_hf.py OUT_DIR --arch llama --kv-heads 2 --tie ...   (gpt2: --no-tie unties)
     python models/export_hf.py OUT_DIR --config my/config.json [--weights my/model.safetensors] --block 256 --batch 8
 
 Builds the model from a config (nothing is downloaded): GPT2LMHeadModel or
@@ -33,12 +33,12 @@ def build(a):
     elif a.arch == "gpt2":
         config = GPT2Config(vocab_size=a.vocab, n_positions=a.block, n_embd=a.embd, n_layer=a.layers, n_head=a.heads,
                             resid_pdrop=a.dropout, embd_pdrop=a.dropout, attn_pdrop=a.dropout,
-                            tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+                            tie_word_embeddings=a.tie is not False, bos_token_id=0, eos_token_id=0)
     else:
         config = LlamaConfig(vocab_size=a.vocab, hidden_size=a.embd, intermediate_size=a.ffn or 4 * a.embd,
                              num_hidden_layers=a.layers, num_attention_heads=a.heads,
                              num_key_value_heads=a.kv_heads or a.heads, max_position_embeddings=a.block,
-                             attention_dropout=a.dropout, tie_word_embeddings=a.tie, bos_token_id=0, eos_token_id=0)
+                             attention_dropout=a.dropout, tie_word_embeddings=bool(a.tie), bos_token_id=0, eos_token_id=0)
     config.use_cache = False
     torch.manual_seed(a.seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
@@ -62,7 +62,8 @@ def main():
                           ("ffn", 0), ("batch", 2), ("seed", 0)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--tie", action="store_true", help="llama: tie the output projection to the token embedding")
+    p.add_argument("--tie", action=argparse.BooleanOptionalAction, default=None,
+                   help="tie the output projection to the token embedding (default: gpt2 tied, llama not)")
     a = p.parse_args()
     model = build(a)
     model.train()

@@ -11,9 +11,11 @@
 # with config.json, AutoModelForCausalLM.from_pretrained reads them, and its
 # logits are within 1e-5 of the PyTorch-trained model's (the initial ones
 # are not); model.weights starts Sluice from that directory's file. With
-# dropout 0.1 (inside attention too), 2 stages and 2 x 2 replicas give 1
-# stage's losses. Then the refusals: a clear message, a non-zero exit,
-# nothing written.
+# dropout 0.1 (inside attention too), an untied GPT-2 on 2 stages gives 1
+# stage's losses bitwise (every run at 1 thread per rank: the contract's
+# bitwise conditions, docs/architecture.md) and 2 x 2 replicas within
+# rounding. Then the refusals: a clear message, a non-zero exit, nothing
+# written.
 source "$(dirname "$0")/lib.sh"
 "$PY" -c "import transformers" 2>/dev/null || fail "transformers for $PY is needed (scripts/setup.sh installs it)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -28,7 +30,7 @@ export_hf() {  # export_hf DIR [flags...]: models/export_hf.py into $TMP/DIR
 export_hf gpt2 --arch gpt2
 export_hf llama --arch llama --kv-heads 2 --ffn 64 --tie
 { cat <<YAML
-job: {name: hf, output_dir: $TMP/unused, seed: $SEED}
+job: {name: hf, output_dir: $TMP/unused, seed: $SEED, threads_per_rank: 1}
 model: {name: exported, path: $TMP/gpt2/model.pt2}
 YAML
   lm_yaml_tail; } >"$TMP/hf.yaml"
@@ -70,8 +72,9 @@ awk -v a="$first" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <
   fail "started from the exported weights, step 0's loss is $first, PyTorch's $want"
 echo "ok: model.weights from sluice export: step 0 loss $first, PyTorch $want"
 # Dropout 0.1 (embeddings, residuals and inside scaled_dot_product_attention):
-# the layouts draw the same masks (core/RandomStream.h).
-export_hf gpt2_drop --arch gpt2 --dropout 0.1
+# the layouts draw the same masks (core/RandomStream.h). Untied: a weight
+# tied across stages sums its gradient in another order (bitwise conditions).
+export_hf gpt2_drop --arch gpt2 --dropout 0.1 --no-tie
 drop=(--set model.path="$TMP/gpt2_drop/model.pt2")
 train drop_one "${drop[@]}"
 train drop_zb "${drop[@]}" --set pipeline.stages=2 --set pipeline.schedule=zb-h1
