@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -26,8 +27,21 @@ std::string nearbyCuts(const OpGraph& g, int cut) {
   return shown ? os.str() : std::string("none nearby");
 }
 
-StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName, int index, int begin,
-                      int end) {
+// Per graph input: how many nodes of the whole graph read it.
+std::vector<int> readerCounts(const OpGraph& g) {
+  std::vector<int> count(g.inputs().size(), 0);
+  for (auto& node : g.nodes()) {
+    std::set<int> read;
+    for (auto& name : node.inputs) {
+      const int idx = g.inputIndexOfValue(name);
+      if (idx >= 0 && read.insert(idx).second) ++count[idx];
+    }
+  }
+  return count;
+}
+
+StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName,
+                      const std::vector<int>& wholeReaders, int index, int begin, int end) {
   StageGraph st;
   st.index = index;
   st.firstNode = begin;
@@ -52,16 +66,26 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
   }
   for (auto& b : st.boundaryInputs) addInput(byName.at(b.name));
 
-  std::set<int> paramIdx;
+  // Note [reader inputs]: a parameter several nodes of the whole graph read
+  // is one input per reading node (in node order), else one input.
+  std::map<int, std::vector<int>> readersOf;  // input index -> this stage's reading nodes
   for (int n = begin; n < end; ++n) {
     for (auto& name : g.nodes()[n].inputs) {
       int idx = g.inputIndexOfValue(name);
-      if (idx >= 0 && g.inputs()[idx].kind != InputKind::Data) paramIdx.insert(idx);
+      if (idx < 0 || g.inputs()[idx].kind == InputKind::Data) continue;
+      auto& r = readersOf[idx];
+      if (r.empty() || r.back() != n) r.push_back(n);
     }
   }
-  for (int idx : paramIdx) {
-    st.paramInputs.push_back(g.inputs()[idx].name);
-    addInput(g.graph()->inputs()[idx]);
+  std::map<std::pair<int, int>, Value*> readerInput;  // (node, input index) -> its own stage input
+  for (auto& [idx, readers] : readersOf) {
+    Value* orig = g.graph()->inputs()[idx];
+    const bool perReader = g.inputs()[idx].kind == InputKind::Parameter && wholeReaders[idx] > 1;
+    for (size_t k = 0; k < (perReader ? readers.size() : 1); ++k) {
+      st.paramInputs.push_back(g.inputs()[idx].name);
+      addInput(orig);
+      if (perReader) readerInput[{readers[k], idx}] = env.at(orig);
+    }
   }
 
   std::function<Value*(Value*)> lookup = [&](Value* v) -> Value* {
@@ -79,6 +103,9 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
 
   std::unordered_map<const torch::jit::Node*, int> indexOfClone;
   for (int n = begin; n < end; ++n) {
+    for (auto& [key, input] : readerInput) {
+      if (key.first == n) env[g.graph()->inputs()[key.second]] = input;
+    }
     auto* orig = g.nodes()[n].irNode;
     auto* clone = out.createClone(orig, lookup);
     out.appendNode(clone);
@@ -120,11 +147,12 @@ std::vector<StageGraph> splitGraph(const OpGraph& g, const std::vector<int>& cut
   for (auto* n : g.graph()->nodes()) {
     for (auto* o : n->outputs()) byName[o->debugName()] = o;
   }
+  const auto wholeReaders = readerCounts(g);
   std::vector<StageGraph> stages;
   int begin = 0;
   for (size_t s = 0; s <= cuts.size(); ++s) {
     int end = s < cuts.size() ? cuts[s] : g.numNodes();
-    stages.push_back(buildStage(g, byName, static_cast<int>(s), begin, end));
+    stages.push_back(buildStage(g, byName, wholeReaders, static_cast<int>(s), begin, end));
     begin = end;
   }
   return stages;

@@ -380,6 +380,11 @@ void Trainer::buildWorkers(const pipeline::Schedule& schedule) {
     }
   }
   worker_ = std::make_unique<pipeline::RankWorker>(std::move(workers));
+  // Note [reader gradients] (pipeline/RankWorker.h): not under DistAdam's
+  // hooks mode, whose reduce-scatters start from each parameter's own accumulation.
+  if (c_.optimizer.name != optim::OptimizerKind::DistAdam || c_.optimizer.distAdamMode != optim::DistAdamMode::Hooks) {
+    worker_->separateReaderGradients();
+  }
 }
 
 void Trainer::logStages() const {

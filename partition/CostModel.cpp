@@ -90,11 +90,21 @@ int64_t Problem::stepBytes(int64_t paramBytes, int64_t largestParamBytes) const 
   return static_cast<int64_t>(static_cast<double>(paramBytes) / d + static_cast<double>(gathered) * (1 + 1 / d));
 }
 
+int64_t readerGradBytes(const std::vector<SharedParam>& shared, int first, int end) {
+  int64_t out = 0;
+  for (auto& sp : shared) {
+    if (!sp.parameter) continue;
+    const auto inStage = std::count_if(sp.readers.begin(), sp.readers.end(), [&](int r) { return r >= first && r < end; });
+    if (inStage > 1) out += (inStage - 1) * sp.bytes;
+  }
+  return out;
+}
+
 int64_t memoryUnit(const Problem& p) {
   if (p.unitBytes > 0) return p.unitBytes;
   int64_t total = 0;
   for (auto& st : p.storages) total += st.bytes;
-  return std::max<int64_t>(1, total / (kMemoryUnitsPerStage * p.stages));
+  return std::max<int64_t>(1, total / kMemoryUnits);
 }
 
 double commSeconds(const Problem& p, int cut) {
@@ -323,7 +333,8 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   const int64_t freedUnits = applyFreed(p, freed, isFreed, s);
   s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
   s.keptBytes = s.savedBytes - s.swappedBytes - s.recomputedBytes;
-  s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte);
+  s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte) +
+                  readerGradBytes(p.sharedParams, first, end);
   const bool last = end == n;
   // Note [stage memory]: stage 0's boundary is the data, resident for the
   // whole step (all micro-batches); later stages hold each in-flight

@@ -112,10 +112,16 @@ struct SavedStorage {
 // output head). NodeCost::params counts it at its first reader; every other
 // stage that reads it holds a copy too (Note [tied parameters],
 // launcher/Trainer.h), so those stages count its bytes as well.
+// A stage with several of a parameter's readers also holds one gradient more
+// per extra reader during backward (Note [reader gradients],
+// pipeline/RankWorker.h): counted with its static bytes.
 struct SharedParam {
   int64_t bytes = 0;
   std::vector<int> readers;  // node indices, ascending
+  bool parameter = true;     // false: a buffer (no gradient)
 };
+// The extra reader gradients of stage [first, end) (above).
+int64_t readerGradBytes(const std::vector<SharedParam>& shared, int first, int end);
 
 struct Problem {
   std::vector<NodeCost> nodes;
@@ -200,13 +206,13 @@ int holdingFactor(const Problem& problem, int stage, int first);
 // Note [memory unit]: the knapsacks count freed memory in whole units, each
 // storage rounded down and each need rounded up, so a plan that fits in units
 // fits in bytes. The unit is a fixed fraction of the problem's saved bytes
-// (unitBytes, or a stage's share of all storages' bytes / 512: about the
-// budget / 1024 it once was, for a stage holding 2 micro-batches), never of
-// the budget:
+// (unitBytes, or all storages' bytes / 2048, finer than the budget / 1024 it
+// once was on the quickstart and still fast on 5,000 nodes: the knapsacks'
+// size grows with the units a stage's reach holds), never of the budget:
 // with a unit that grew with the budget, a larger budget could round away
 // more than it added, so feasibility was not monotone in the budget and the
 // smallest budget that fits (minimalBudget) could fail one MiB higher.
-constexpr int64_t kMemoryUnitsPerStage = 512;
+constexpr int64_t kMemoryUnits = 2048;
 int64_t memoryUnit(const Problem& problem);
 double commSeconds(const Problem& problem, int cut);  // both directions at one cut; 0 at 0 and n
 bool storageInStage(const Problem& problem, int storage, int first, int end);

@@ -67,20 +67,20 @@ struct StageSums {
     plain.spans = &lastReaders;
     chained.spans = &chainSpans;
   }
-  std::vector<char> sharedCounted;  // per Problem::sharedParams: counted here already
+  std::vector<int> sharedReaders;  // per Problem::sharedParams: its readers in the stage so far
+  int64_t readerGrads = 0;          // readerGradBytes (CostModel.h)
   void addNode(const Problem& p, int j) {
     const auto& c = p.nodes[j];
     params += c.params;
-    // A tied weight first read on an earlier stage: this stage holds a copy (as evaluateStage counts it).
+    // A tied weight first read on an earlier stage: this stage holds a copy;
+    // a second reader in the stage, a gradient more (as evaluateStage counts them).
     if (!p.sharedParams.empty()) {
-      sharedCounted.resize(p.sharedParams.size(), 0);
+      sharedReaders.resize(p.sharedParams.size(), 0);
       for (size_t x = 0; x < p.sharedParams.size(); ++x) {
         const auto& sp = p.sharedParams[x];
-        if (sharedCounted[x] || sp.readers.front() >= first) continue;
-        if (std::binary_search(sp.readers.begin(), sp.readers.end(), j)) {
-          params += sp.bytes;
-          sharedCounted[x] = 1;
-        }
+        if (!std::binary_search(sp.readers.begin(), sp.readers.end(), j)) continue;
+        if (++sharedReaders[x] == 1 && sp.readers.front() < first) params += sp.bytes;
+        if (sharedReaders[x] > 1 && sp.parameter) readerGrads += sp.bytes;
       }
     }
     plain.addNode(j, c.workspace);
@@ -114,7 +114,7 @@ struct StageSums {
     return true;
   }
   int64_t staticBytes(const Problem& p) const {
-    return static_cast<int64_t>(static_cast<double>(params) * p.staticPerParamByte);
+    return static_cast<int64_t>(static_cast<double>(params) * p.staticPerParamByte) + readerGrads;
   }
   int64_t freeable(Variant v) const {
     return v == Variant::Recompute ? freeableRecompute : v == Variant::Swap ? freeableSwap : freeableAll;

@@ -35,7 +35,7 @@ std::vector<SharedParam> sharedParams(const OpGraph& graph) {
   for (auto& in : graph.inputs()) {
     auto it = readers.find(in.name);
     if (in.kind != InputKind::Data && it != readers.end() && it->second.size() > 1) {
-      out.push_back({in.value.bytes(), it->second});
+      out.push_back({in.value.bytes(), it->second, in.kind == InputKind::Parameter});
     }
   }
   return out;

@@ -13,7 +13,39 @@ RankWorker::RankWorker(std::vector<std::unique_ptr<StageWorker>> stages) : stage
 }
 
 torch::Tensor RankWorker::runMicroBatches(const std::vector<MicroBatch>& microBatches) {
-  return runStep(raw_, microBatches);
+  auto loss = runStep(raw_, microBatches);
+  if (separate_) addReaderGradients();
+  return loss;
+}
+
+void RankWorker::separateReaderGradients() {
+  std::set<const c10::TensorImpl*> seen;  // trainable parameters with a reader before (model order)
+  for (auto& s : stages_) {
+    const auto& entries = s->parameterEntries();
+    std::vector<char> marked(entries.size(), 0);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].requires_grad()) marked[i] = seen.insert(entries[i].unsafeGetTensorImpl()).second ? 0 : 1;
+    }
+    s->setReaderLeaves(std::move(marked));
+  }
+  separate_ = true;
+}
+
+// Note [reader gradients]: the later readers' sums, in model order.
+void RankWorker::addReaderGradients() {
+  torch::NoGradGuard noGrad;
+  for (auto& s : stages_) {
+    for (auto& [param, leaf] : s->readerLeaves()) {
+      const auto& g = leaf.grad();
+      if (!g.defined()) continue;
+      if (param.grad().defined()) {
+        param.mutable_grad().add_(g);  // in place: keeps an optimizer's binding of .grad (DistAdam)
+      } else {
+        param.mutable_grad() = g;
+      }
+      leaf.mutable_grad() = torch::Tensor();  // its memory goes now, not at the next step
+    }
+  }
 }
 
 std::vector<torch::Tensor> RankWorker::trainableParameters() const {

@@ -6,6 +6,24 @@
 // rest presents them as one stage to the trainer: the trainable parameters of
 // all (each tensor once, in stage order), compute times and module metrics
 // summed, the trace and hooks set on each.
+//
+// Note [reader gradients]: a parameter that several nodes read (a tied
+// embedding: the token embedding and the output head) gets one gradient
+// per reader, each summed over the step's micro-batches, and then those
+// added in reader order. (One process would add the readers' parts per
+// micro-batch; a cut between the readers, whose gradients are then added
+// across ranks, launcher/Trainer.h Note [tied parameters], could not, so
+// the sums would differ in the last bits.) With separateReaderGradients()
+// the rank's first reader of each such parameter (in model order)
+// accumulates into its .grad and every later one into a leaf of its own
+// (core/GraphSplit.h gives each reader its own input); runMicroBatches()
+// then adds those into .grad in that order. So with two readers every
+// layout computes (first reader's sum) + (second's), bitwise; with more,
+// split over ranks, the ranks' partial sums are added in rank order
+// (within rounding). It costs one more gradient of the parameter per
+// extra reader on the rank until the step's end (the cost model counts
+// it). Off under DistAdam's hooks mode, whose reductions start from the
+// parameter's own accumulation.
 #pragma once
 
 #include <memory>
@@ -21,6 +39,8 @@ class RankWorker {
   explicit RankWorker(std::vector<std::unique_ptr<StageWorker>> stages);
 
   torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
+  // Note [reader gradients]; from the next step on.
+  void separateReaderGradients();
   std::vector<torch::Tensor> trainableParameters() const;
   // For each of trainableParameters(), how many of the rank's stages read it
   // (more than 1: a tied weight two stages of this rank share, as under zbv).
@@ -41,6 +61,8 @@ class RankWorker {
  private:
   std::vector<std::unique_ptr<StageWorker>> stages_;
   std::vector<StageWorker*> raw_;
+  bool separate_ = false;
+  void addReaderGradients();
 };
 
 }  // namespace sluice::pipeline

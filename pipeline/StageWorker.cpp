@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/Error.h"
 #include "optim/OptimizerState.h"
@@ -115,8 +116,24 @@ void StageWorker::setTrace(TraceRecorder* trace) {
 
 std::vector<torch::Tensor> StageWorker::trainableParameters() const {
   std::vector<torch::Tensor> out;
+  std::set<const c10::TensorImpl*> seen;  // a parameter with several readers is several entries
   for (auto& p : params_) {
-    if (p.requires_grad()) out.push_back(p);
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  }
+  return out;
+}
+
+void StageWorker::setReaderLeaves(std::vector<char> marked) {
+  SLUICE_CHECK(marked.size() == params_.size(), Error,
+               "stage " << stage_.index << ": " << marked.size() << " reader marks for " << params_.size()
+                        << " parameter entries");
+  readerLeaf_ = std::move(marked);
+}
+
+std::vector<std::pair<torch::Tensor, torch::Tensor>> StageWorker::readerLeaves() const {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> out;
+  for (size_t i = 0; i < readerLeaf_.size() && i < stepParams_.size(); ++i) {
+    if (readerLeaf_[i]) out.emplace_back(params_[i], stepParams_[i]);
   }
   return out;
 }
@@ -158,7 +175,7 @@ void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::T
   const int m = schedule_.microBatches;
   if (isFirst()) st.inputs = firstStageInputs(data);
   std::vector<torch::Tensor> in = st.inputs;
-  in.insert(in.end(), params_.begin(), params_.end());
+  in.insert(in.end(), stepParams_.begin(), stepParams_.end());
   const auto t0 = std::chrono::steady_clock::now();
   RandomKey key = data.random;
   if (key.microBatch < 0) key.microBatch = mb;
@@ -321,6 +338,11 @@ void StageWorker::beginStep(const std::vector<MicroBatch>& microBatches) {
   state_.resize(m);
   microBatches_ = &microBatches;
   lossSum_ = torch::Tensor();
+  stepParams_ = params_;
+  for (size_t i = 0; i < readerLeaf_.size(); ++i) {
+    // Shares the storage and version counter: the update in place is seen, and autograd's checks still hold.
+    if (readerLeaf_[i]) stepParams_[i] = params_[i].detach().requires_grad_(params_[i].requires_grad());
+  }
 }
 
 // Sent tensors are released as soon as their sends complete (Note [bounded buffers]).

@@ -158,8 +158,17 @@ class StageWorker {
   // blocking messages cannot deadlock.
   void evaluateMicroBatch(const MicroBatch& data, int microBatch, bool classifier, EvalSums& sums);
 
-  // Parameters (not buffers) this stage updates.
+  // Parameters (not buffers) this stage updates, each tensor once.
   std::vector<torch::Tensor> trainableParameters() const;
+  // Note [reader gradients] (RankWorker.h): from the next step on, the
+  // parameter entries marked here (indices into stage().paramInputs) enter
+  // each step's forwards as a leaf of their own (the parameter's storage,
+  // detached), so their readers' gradients accumulate apart from the
+  // parameter's .grad; readerLeaves() gives (parameter, this step's leaf)
+  // for the marked entries, in entry order, after the step.
+  void setReaderLeaves(std::vector<char> marked);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> readerLeaves() const;
+  const std::vector<torch::Tensor>& parameterEntries() const { return params_; }
   const StageGraph& stage() const { return stage_; }
   const StageModule& module() const { return module_; }
   const ComputeTimes& computeTimes() const { return times_; }
@@ -186,6 +195,8 @@ class StageWorker {
 
   StageGraph stage_;
   std::vector<torch::Tensor> params_;
+  std::vector<char> readerLeaf_;             // per params_ entry: a leaf of its own each step
+  std::vector<torch::Tensor> stepParams_;    // this step's: params_, with those leaves
   c10::Device device_;
   Communicator comm_;
   Communicator prevComm_, nextComm_;  // to the previous / next stage (comm_ unless interleaved)

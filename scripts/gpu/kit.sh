@@ -35,7 +35,7 @@ tar -cf "$kit/root.tar" --no-recursion $list 2>/dev/null
 py=${SLUICE_PYTHON:-/opt/sluice/torch-2.11/bin/python}
 if "$py" -c "import transformers" 2>/dev/null; then
   HF_HUB_OFFLINE=1 "$py" "$root/models/export_hf.py" "$kit/hf" --arch gpt2 --vocab 256 --block 32 --embd 32 --layers 2 \
-    --heads 4 --batch 2 --dropout 0.1 --no-tie >/dev/null 2>&1 && echo "kit: $kit/hf/model.pt2 (GPT-2 through torch.export)"
+    --heads 4 --batch 2 --dropout 0.1 >/dev/null 2>&1 && echo "kit: $kit/hf/model.pt2 (GPT-2 through torch.export)"
   cat >"$kit/hf/hf.yaml" <<YAML
 job: {name: exported, device: cuda, seed: 7}
 model: {name: exported, path: .gpukit/hf/model.pt2}

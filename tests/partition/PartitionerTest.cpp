@@ -92,8 +92,11 @@ Problem randomProblem(std::mt19937& rng) {
     for (auto& st : p.storages) st.weightReads = uni(0, 1) == 1;
   }
   // A tied weight read by the first and the last node (an embedding and the
-  // output head), held by every stage that reads it.
-  if (uni(0, 2) == 0) p.sharedParams.push_back({uni(1, 50000), {0, n - 1}});
+  // output head), held by every stage that reads it; on even chains also by
+  // a middle node (a stage with two readers holds a gradient more).
+  if (uni(0, 2) == 0) {
+    p.sharedParams.push_back({uni(1, 50000), n % 2 == 0 && n >= 4 ? std::vector<int>{0, n / 2, n - 1} : std::vector<int>{0, n - 1}});
+  }
   // Budgets around what an equal-node split needs with everything kept, so
   // that some instances fit easily, some must free tensors, some cannot fit.
   int64_t peak = 0;
@@ -265,6 +268,14 @@ TEST(Partitioner, ATiedWeightCountsOnEveryStageThatReadsIt) {
   EXPECT_EQ(evaluateStage(p, 0, 0, 2, {}).paramBytes, 1000) << "first reader's stage: counted once";
   EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).paramBytes, 1000) << "the last stage holds a copy";
   EXPECT_EQ(evaluateStage(p, 0, 0, 4, {}).paramBytes, 1000) << "one stage: one copy";
+  // Note [reader gradients]: a second and third reader in one stage hold a gradient each.
+  const double perByte = p.staticPerParamByte;
+  EXPECT_EQ(evaluateStage(p, 0, 0, 2, {}).staticBytes, static_cast<int64_t>(1000 * perByte) + 1000);
+  EXPECT_EQ(evaluateStage(p, 0, 0, 4, {}).staticBytes, static_cast<int64_t>(1000 * perByte) + 2000);
+  EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).staticBytes, static_cast<int64_t>(1000 * perByte));
+  p.sharedParams[0].parameter = false;  // a buffer: no gradient
+  EXPECT_EQ(evaluateStage(p, 0, 0, 4, {}).staticBytes, static_cast<int64_t>(1000 * perByte));
+  p.sharedParams[0].parameter = true;
   p.sharedParams[0].readers = {0, 1};
   EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).paramBytes, 0) << "a stage that does not read it holds none";
 }
