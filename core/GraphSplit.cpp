@@ -40,6 +40,20 @@ std::vector<int> readerCounts(const OpGraph& g) {
   return count;
 }
 
+// Per parameter or buffer input the stage's nodes read: those nodes, in order.
+std::map<int, std::vector<int>> stageReaders(const OpGraph& g, int begin, int end) {
+  std::map<int, std::vector<int>> readersOf;
+  for (int n = begin; n < end; ++n) {
+    for (auto& name : g.nodes()[n].inputs) {
+      const int idx = g.inputIndexOfValue(name);
+      if (idx < 0 || g.inputs()[idx].kind == InputKind::Data) continue;
+      auto& r = readersOf[idx];
+      if (r.empty() || r.back() != n) r.push_back(n);
+    }
+  }
+  return readersOf;
+}
+
 StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName,
                       const std::vector<int>& wholeReaders, int index, int begin, int end) {
   StageGraph st;
@@ -68,17 +82,8 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
 
   // Note [reader inputs]: a parameter several nodes of the whole graph read
   // is one input per reading node (in node order), else one input.
-  std::map<int, std::vector<int>> readersOf;  // input index -> this stage's reading nodes
-  for (int n = begin; n < end; ++n) {
-    for (auto& name : g.nodes()[n].inputs) {
-      int idx = g.inputIndexOfValue(name);
-      if (idx < 0 || g.inputs()[idx].kind == InputKind::Data) continue;
-      auto& r = readersOf[idx];
-      if (r.empty() || r.back() != n) r.push_back(n);
-    }
-  }
   std::map<std::pair<int, int>, Value*> readerInput;  // (node, input index) -> its own stage input
-  for (auto& [idx, readers] : readersOf) {
+  for (auto& [idx, readers] : stageReaders(g, begin, end)) {
     Value* orig = g.graph()->inputs()[idx];
     const bool perReader = g.inputs()[idx].kind == InputKind::Parameter && wholeReaders[idx] > 1;
     for (size_t k = 0; k < (perReader ? readers.size() : 1); ++k) {
