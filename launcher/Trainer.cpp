@@ -287,14 +287,6 @@ void Trainer::connect() {
     auto comm = pipelineComm_.split(member ? 1 : 0, stageIndex_);
     if (member) tied_.push_back({names, setup_.tensorsByName(names), comm});
   }
-  if (rank_ == 0 && !tiedRanks_.empty()) {
-    std::string list;
-    for (auto& [name, ranks] : tiedRanks_) {
-      list += (list.empty() ? "" : "; ") + name + " on pipeline ranks";
-      for (int r : ranks) list += " " + std::to_string(r);
-    }
-    log::info("tied parameters: " + list + " (each holds a copy; gradients summed over them before every update)");
-  }
   if (device_.is_cuda()) {
     // GPU tensors between ranks: NCCL (p2p channels on the pipeline, collectives
     // on the data-parallel group) or MPI with host staging (job.backend).
@@ -318,6 +310,15 @@ void Trainer::openOutputs() {
   world_.barrier();
   log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string(), /*append=*/resume_.has_value());
   log::info(describePlace(place_) + ", " + std::to_string(threads_) + " threads; " + torchrunNamesText());
+  // (Here, not where the ties are found: the rank's log file is open now.)
+  if (rank_ == 0 && !tiedRanks_.empty()) {
+    std::string list;
+    for (auto& [name, ranks] : tiedRanks_) {
+      list += (list.empty() ? "" : "; ") + name + " on pipeline ranks";
+      for (int r : ranks) list += " " + std::to_string(r);
+    }
+    log::info("tied parameters: " + list + " (each holds a copy; gradients summed over them before every update)");
+  }
   if (rank_ == 0) {
     log::info("resolved config\n" + c_.toYaml() + settingsTable() + "data: " + setup_.dataset->describe());
     if (plan_) {

@@ -63,7 +63,7 @@ for arch in gpt2 llama; do
     fail "$arch: from_pretrained of Sluice's export differs from PyTorch's trained model by $exported (initial: $initial)"
   echo "ok: $arch: from_pretrained(sluice export) logits within $exported of PyTorch's trained model (initial model: $initial)"
 done
-grep -F "tied parameters: model.embed_tokens.weight on pipeline ranks 0 1" "$TMP/llama_2x2.log" >/dev/null ||
+grep -F "tied parameters: model.embed_tokens.weight on pipeline ranks 0 1" "$TMP/llama_2x2/logs/rank_0.log" >/dev/null ||
   { cat "$TMP/llama_2x2.log"; fail "llama_2x2: the tied embedding is not held by both stages"; }
 # model.weights: Sluice starts from the exported file and computes the loss
 # PyTorch computes with from_pretrained of the same directory.

@@ -39,7 +39,7 @@ train two "${small[@]}" --set pipeline.schedule=1f1b
 train zb "${small[@]}" --set pipeline.schedule=zb-h1
 train two_by_two "${small[@]}" --set pipeline.data_parallel=2 --set pipeline.microbatches=2 --set optimizer.name=dist_adam
 for run in two zb two_by_two; do compare_losses "$TMP/one" "$TMP/$run" 10 1e-5; done
-grep -q "tied parameters: tok_embeddings.weight on pipeline ranks 0 1" "$TMP/two.log" ||
+grep -q "tied parameters: tok_embeddings.weight on pipeline ranks 0 1" "$TMP/two/logs/rank_0.log" ||
   fail "the 2-stage run does not hold the tied embedding on both stages"
 grep -q "schedule.*zb-h1" "$TMP/zb/logs/rank_0.log" || fail "the zb run did not use zb-h1"
 # zbv: rank 0 hosts stages 0 and 3, both reading the tied embedding (DistAdam in hooks mode counts
@@ -92,7 +92,7 @@ gpt=("${small[@]}" --set model.name=gpt --set model.tie_embeddings=true --set mo
 train gpt_one "${gpt[@]}" --set pipeline.stages=1
 train gpt_two "${gpt[@]}"
 compare_losses "$TMP/gpt_one" "$TMP/gpt_two" 10 1e-5
-grep -q "tied parameters: wte.weight on pipeline ranks 0 1" "$TMP/gpt_two.log" || fail "gpt: wte.weight not tied"
+grep -q "tied parameters: wte.weight on pipeline ranks 0 1" "$TMP/gpt_two/logs/rank_0.log" || fail "gpt: wte.weight not tied"
 
 # Errors, each before anything is written.
 "$PY" - "$TOK/train.bin" "$TMP" <<'PY'

@@ -55,7 +55,7 @@ for run in one two_by_two; do same_as_reference "$TMP/ref.losses" $run; done
 train tied_one --set model.path="$TMP/tied.pt"
 train tied_two_by_two --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
   --set pipeline.microbatches=2 --set optimizer.name=dist_adam
-grep -q "tied parameters: tok.weight on pipeline ranks 0 1" "$TMP/tied_two_by_two.log" ||
+grep -q "tied parameters: tok.weight on pipeline ranks 0 1" "$TMP/tied_two_by_two/logs/rank_0.log" ||
   { cat "$TMP/tied_two_by_two.log"; fail "tied_two_by_two: tok.weight is not held by both stages"; }
 "$PY" "$ROOT/tests/cli/torchscript_reference.py" --model "$TMP/tied.pt" --data text --path $TEXT --seed $SEED \
   --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/tied_ref.json" \
