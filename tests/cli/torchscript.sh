@@ -53,7 +53,7 @@ for run in one two_by_two; do same_as_reference "$TMP/ref.losses" $run; done
 "$PY" "$ROOT/models/export_example.py" "$TMP/tied.pt" --tie --block $BLOCK --embd 32 --heads 4 --layers 2 \
   >"$TMP/export_tied.log" 2>&1 || { cat "$TMP/export_tied.log"; fail "export_example.py --tie"; }
 train tied_one --set model.path="$TMP/tied.pt"
-train tied_two_by_two --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set pipeline.data_parallel=2 \
+train tied_two_by_two --set model.path="$TMP/tied.pt" --set pipeline.stages=2 --set "pipeline.cuts=[40]" --set pipeline.data_parallel=2 \
   --set pipeline.microbatches=2 --set optimizer.name=dist_adam
 grep -q "tied parameters: tok.weight on pipeline ranks 0 1" "$TMP/tied_two_by_two/logs/rank_0.log" ||
   { cat "$TMP/tied_two_by_two.log"; fail "tied_two_by_two: tok.weight is not held by both stages"; }
