@@ -27,20 +27,7 @@ std::string nearbyCuts(const OpGraph& g, int cut) {
   return shown ? os.str() : std::string("none nearby");
 }
 
-// Per graph input: how many nodes of the whole graph read it.
-std::vector<int> readerCounts(const OpGraph& g) {
-  std::vector<int> count(g.inputs().size(), 0);
-  for (auto& node : g.nodes()) {
-    std::set<int> read;
-    for (auto& name : node.inputs) {
-      const int idx = g.inputIndexOfValue(name);
-      if (idx >= 0 && read.insert(idx).second) ++count[idx];
-    }
-  }
-  return count;
-}
-
-// Per parameter or buffer input the stage's nodes read: those nodes, in order.
+// Per parameter or buffer input the nodes [begin, end) read: those nodes, in order.
 std::map<int, std::vector<int>> stageReaders(const OpGraph& g, int begin, int end) {
   std::map<int, std::vector<int>> readersOf;
   for (int n = begin; n < end; ++n) {
@@ -55,7 +42,7 @@ std::map<int, std::vector<int>> stageReaders(const OpGraph& g, int begin, int en
 }
 
 StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName,
-                      const std::vector<int>& wholeReaders, int index, int begin, int end) {
+                      const std::map<int, std::vector<int>>& wholeReaders, int index, int begin, int end) {
   StageGraph st;
   st.index = index;
   st.firstNode = begin;
@@ -85,7 +72,7 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
   std::map<std::pair<int, int>, Value*> readerInput;  // (node, input index) -> its own stage input
   for (auto& [idx, readers] : stageReaders(g, begin, end)) {
     Value* orig = g.graph()->inputs()[idx];
-    const bool perReader = g.inputs()[idx].kind == InputKind::Parameter && wholeReaders[idx] > 1;
+    const bool perReader = g.inputs()[idx].kind == InputKind::Parameter && wholeReaders.at(idx).size() > 1;
     for (size_t k = 0; k < (perReader ? readers.size() : 1); ++k) {
       st.paramInputs.push_back(g.inputs()[idx].name);
       addInput(orig);
@@ -152,7 +139,7 @@ std::vector<StageGraph> splitGraph(const OpGraph& g, const std::vector<int>& cut
   for (auto* n : g.graph()->nodes()) {
     for (auto* o : n->outputs()) byName[o->debugName()] = o;
   }
-  const auto wholeReaders = readerCounts(g);
+  const auto wholeReaders = stageReaders(g, 0, g.numNodes());
   std::vector<StageGraph> stages;
   int begin = 0;
   for (size_t s = 0; s <= cuts.size(); ++s) {
