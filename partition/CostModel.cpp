@@ -135,6 +135,24 @@ int64_t buffers(const Problem& p, int first, int end) {
 
 }  // namespace
 
+Ratio swapHoldingRatio(const Problem& p) {
+  Ratio best;
+  if (p.weightPendingPerStage.empty()) return best;
+  bool any = false;
+  for (int k = 1; k < p.stages; ++k) {
+    const int64_t f = holdingFactor(p, k, 1), num = f + p.weightPendingPerStage.at(k);
+    if (!any || num * best.den < best.num * f) best = {num, f};
+    any = true;
+  }
+  return best;
+}
+
+int64_t freedUnits(const Problem& p, int x, int first, Action action, int64_t unit, Ratio ratio) {
+  const auto& st = p.storages[x];
+  if (action == Action::Swap && first > 0 && st.weightReads) return st.bytes * ratio.num / ratio.den / unit;
+  return st.bytes / unit;
+}
+
 bool freeable(const Problem& p, int x, int first, int64_t unit) {
   if (p.budgetBytes <= 0 || p.storages[x].bytes / unit <= 0) return false;
   return p.swapSecondsPerByte > 0 || recomputeSeconds(p, x, first) < std::numeric_limits<double>::infinity();
@@ -247,7 +265,8 @@ int64_t applyFreed(const Problem& p, const std::vector<std::pair<int, Action>>& 
                    StageCost& s) {
   const int stage = s.stage, first = s.first, end = s.end;
   const int64_t unit = memoryUnit(p);
-  int64_t freedUnits = 0;
+  const Ratio ratio = swapHoldingRatio(p);
+  int64_t units = 0;
   for (auto [x, action] : freed) {
     SLUICE_CHECK(0 <= x && x < static_cast<int>(p.storages.size()) && storageInStage(p, x, first, end), PlanError,
                  "partition: saved storage " << x << " is not in stage " << stage);
@@ -267,11 +286,11 @@ int64_t applyFreed(const Problem& p, const std::vector<std::pair<int, Action>>& 
     } else {
       continue;
     }
-    freedUnits += st.bytes / unit;
+    units += freedUnits(p, x, first, action, unit, ratio);
     isFreed[x] = action == Action::Recompute ? 2 : 1;
     s.freed.emplace_back(x, action);
   }
-  return freedUnits;
+  return units;
 }
 
 // Under a split backward: what a micro-batch holds between Bi and W, what a
@@ -330,7 +349,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     if (p.storages[x].weightReads) weightSaved += p.storages[x].bytes;
   }
   std::vector<char> isFreed(p.storages.size(), 0);  // 1: swapped, 2: recomputed
-  const int64_t freedUnits = applyFreed(p, freed, isFreed, s);
+  const int64_t unitsFreed = applyFreed(p, freed, isFreed, s);
   s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
   s.keptBytes = s.savedBytes - s.swappedBytes - s.recomputedBytes;
   s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte) +
@@ -369,7 +388,7 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
     } else {
       const int64_t perMicroBatch = (excess + factor - 1) / factor;
       const int64_t unit = memoryUnit(p);
-      s.fits = freedUnits >= (perMicroBatch + unit - 1) / unit;
+      s.fits = unitsFreed >= (perMicroBatch + unit - 1) / unit;
     }
   }
   return s;

@@ -214,6 +214,25 @@ int holdingFactor(const Problem& problem, int stage, int first);
 // smallest budget that fits (minimalBudget) could fail one MiB higher.
 constexpr int64_t kMemoryUnits = 2048;
 int64_t memoryUnit(const Problem& problem);
+// Note [swapped weight reads]: under a split backward a stage after the
+// first holds, between Bi and W, the storages W reads that it kept or
+// recomputed, but not the swapped ones (they are back on the tier: Note
+// [split backward holding]). So swapping such a storage lowers the budget
+// bound by (holdingFactor + weightPending) x its bytes, recomputing it by
+// holdingFactor x its bytes only. The knapsacks count the swap in units of
+// the holding factor's bytes, scaled by the least (f + P) / f over the
+// stages that may start after node 0 (f = holdingFactor, P = weightPending):
+// one ratio per problem, so that every stage index shares the knapsacks and
+// evaluateStage counts the same units as the partitioner; conservative for
+// stages with a larger ratio. {1, 1} without a split backward.
+struct Ratio {
+  int64_t num = 1, den = 1;
+};
+Ratio swapHoldingRatio(const Problem& problem);
+// The units freeing `storage` with `action` counts in a stage starting at
+// `first` (bytes / unit, rounded down; a swapped storage W reads, Note
+// [swapped weight reads], scaled by `ratio`).
+int64_t freedUnits(const Problem& problem, int storage, int first, Action action, int64_t unit, Ratio ratio);
 double commSeconds(const Problem& problem, int cut);  // both directions at one cut; 0 at 0 and n
 bool storageInStage(const Problem& problem, int storage, int first, int end);
 // Seconds to recompute storage s in a stage starting at `first`; +inf when not recomputable.

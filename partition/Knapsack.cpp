@@ -75,31 +75,33 @@ void FrontKnapsack::add(const KnapsackItem& it) {
   auto before = [](const Point& a, const Point& b) { return a.r != b.r ? a.r < b.r : a.r + a.s < b.r + b.s; };
   auto& shifted = scratch_;
   auto& merged = scratch2_;
-  reach_ = std::min(capacity(), reach_ + it.units);
+  reach_ = std::min(capacity(), reach_ + (canSwap ? it.swapped() : it.units));
   for (int64_t v = reach_; v >= 1; --v) {
     const auto& here = front_[v];
-    const auto& from = front_[std::max<int64_t>(0, v - it.units)];
-    // Both fronts are sorted by r: the shifted copies of `from` stay sorted, so
-    // two merges give the candidates in order.
+    const auto& fromR = front_[std::max<int64_t>(0, v - it.units)];      // recompute's predecessors
+    const auto& fromS = front_[std::max<int64_t>(0, v - it.swapped())];  // swap's
+    // All fronts are sorted by r: the shifted copies stay sorted, so two
+    // merges give the candidates in order.
     shifted.clear();
     if (canRecompute && canSwap) {
       size_t b = 0, c = 0;
-      while (b < from.size() || c < from.size()) {
-        Point q{from[b < from.size() ? b : 0].r + it.recompute, from[b < from.size() ? b : 0].s, 1, static_cast<int>(b)};
-        Point w{from[c < from.size() ? c : 0].r + it.swapCpu, from[c < from.size() ? c : 0].s + it.swap, 2,
-                static_cast<int>(c)};
-        if (c >= from.size() || (b < from.size() && before(q, w))) {
-          shifted.push_back(q);
+      while (b < fromR.size() || c < fromS.size()) {
+        const bool takeR = c >= fromS.size() ||
+                           (b < fromR.size() && before(Point{fromR[b].r + it.recompute, fromR[b].s},
+                                                       Point{fromS[c].r + it.swapCpu, fromS[c].s + it.swap}));
+        if (takeR) {
+          shifted.push_back({fromR[b].r + it.recompute, fromR[b].s, 1, static_cast<int>(b)});
           ++b;
         } else {
-          shifted.push_back(w);
+          shifted.push_back({fromS[c].r + it.swapCpu, fromS[c].s + it.swap, 2, static_cast<int>(c)});
           ++c;
         }
       }
+    } else if (canRecompute) {
+      for (int i = 0; i < static_cast<int>(fromR.size()); ++i) shifted.push_back({fromR[i].r + it.recompute, fromR[i].s, 1, i});
     } else {
-      for (int i = 0; i < static_cast<int>(from.size()); ++i) {
-        shifted.push_back(canRecompute ? Point{from[i].r + it.recompute, from[i].s, 1, i}
-                                       : Point{from[i].r + it.swapCpu, from[i].s + it.swap, 2, i});
+      for (int i = 0; i < static_cast<int>(fromS.size()); ++i) {
+        shifted.push_back({fromS[i].r + it.swapCpu, fromS[i].s + it.swap, 2, i});
       }
     }
     merged.clear();
@@ -144,7 +146,7 @@ std::vector<int> FrontKnapsack::choices(int64_t v, int point) const {
   for (int x = static_cast<int>(items_.size()); x >= 1; --x) {
     const Point& p = layers_[x][v][point];
     out[x - 1] = p.choice;
-    if (p.choice != 0) v = std::max<int64_t>(0, v - items_[x - 1].units);
+    if (p.choice != 0) v = std::max<int64_t>(0, v - (p.choice == 2 ? items_[x - 1].swapped() : items_[x - 1].units));
     point = p.parent;
   }
   return out;

@@ -1,9 +1,10 @@
 // partition::Knapsack: the covering knapsacks behind the partitioner.
 //
 // Items are saved storages; freeing one frees `units` memory units by
-// recompute (seconds r) or swap (seconds of I/O s, plus swapCpu seconds the
-// compute loses, which nothing hides). best(v) answers: how cheaply can at
-// least v units be freed?
+// recompute (seconds r) or `swapUnits` (at least `units`: Note [swapped
+// weight reads], CostModel.h) by swap (seconds of I/O s, plus swapCpu
+// seconds the compute loses, which nothing hides). best(v) answers: how
+// cheaply can at least v units be freed?
 //
 // AdditiveKnapsack: one action for every item, recompute (cost: sum of r) or
 //   swap (sum of s); additive.
@@ -19,6 +20,7 @@
 // read back (bestStage); without, memory is one layer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -28,6 +30,8 @@ namespace sluice::partition {
 struct KnapsackItem {
   int storage = 0;
   int64_t units = 0;
+  int64_t swapUnits = 0;  // units a swap frees; never below units (0: units)
+  int64_t swapped() const { return std::max(units, swapUnits); }
   double recompute = std::numeric_limits<double>::infinity();  // +inf: not allowed
   double swap = std::numeric_limits<double>::infinity();
   double swapCpu = 0;

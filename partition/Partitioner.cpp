@@ -61,9 +61,11 @@ struct StageSums {
   int64_t freeableAll = 0, freeableRecompute = 0, freeableSwap = 0;
 
   int64_t unit = 1;  // memoryUnit(p), derived once per Context
-  StageSums(int firstNode, int64_t memoryUnitBytes, const std::vector<int>& lastReaders,
+  Ratio ratio;       // swapHoldingRatio(p), likewise
+  int64_t weightSwappable = 0;  // saved bytes W reads that may be swapped (minimalBudget's lower bound)
+  StageSums(int firstNode, int64_t memoryUnitBytes, Ratio swapRatio, const std::vector<int>& lastReaders,
             const std::vector<int>& chainSpans)
-      : first(firstNode), unit(memoryUnitBytes) {
+      : first(firstNode), unit(memoryUnitBytes), ratio(swapRatio) {
     plain.spans = &lastReaders;
     chained.spans = &chainSpans;
   }
@@ -99,16 +101,18 @@ struct StageSums {
     KnapsackItem it;
     it.storage = x;
     it.units = p.budgetBytes > 0 ? st.bytes / unit : 0;
+    it.swapUnits = p.budgetBytes > 0 ? freedUnits(p, x, first, Action::Swap, unit, ratio) : 0;
     it.recompute = recomputeSeconds(p, x, first);
     it.swap = p.swapSecondsPerByte > 0 ? p.swapSecondsPerByte * static_cast<double>(st.bytes) : kInf;
     it.swapCpu = p.swapCpuSecondsPerByte * static_cast<double>(st.bytes);
+    if (it.swap < kInf && st.weightReads && first > 0) weightSwappable += st.bytes;  // (any size: a lower bound)
     if (it.units <= 0 || (it.recompute == kInf && it.swap == kInf)) return false;
     plain.addFreeable(x, st.bytes);
     chained.addFreeable(x, st.bytes);
     if (it.recompute < kInf) chained.replay = std::max(chained.replay, segmentWorkspace(p, x, first, p.numNodes()));
-    freeableAll += it.units;
+    freeableAll += it.swap < kInf ? it.swapped() : it.units;
     if (it.recompute < kInf) freeableRecompute += it.units;
-    if (it.swap < kInf) freeableSwap += it.units;
+    if (it.swap < kInf) freeableSwap += it.swapped();
     items.push_back(it);
     *item = it;
     return true;
@@ -173,15 +177,16 @@ struct Context {
   std::vector<int> readers, chains;
   std::set<int> flights;  // distinct holding factors of the stages (holdingFactor, at the first node or later)
   int64_t unit;
+  Ratio ratio;
   explicit Context(const Problem& problem)
       : p(problem), entrants(storagesByFirstSaver(problem)), readers(lastReaders(problem)),
-        chains(spanEndsBound(problem)), unit(memoryUnit(problem)) {
+        chains(spanEndsBound(problem)), unit(memoryUnit(problem)), ratio(swapHoldingRatio(problem)) {
     for (int k = 0; k < p.stages; ++k) {
       flights.insert(holdingFactor(p, k, 0));
       flights.insert(holdingFactor(p, k, 1));
     }
   }
-  StageSums sums(int first) const { return StageSums(first, unit, readers, chains); }
+  StageSums sums(int first) const { return StageSums(first, unit, ratio, readers, chains); }
   // Adds node j and its entrants; the freeable ones go to `added`.
   void grow(StageSums& s, int j, std::vector<KnapsackItem>* added) const {
     s.addNode(p, j);
@@ -438,7 +443,7 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
         for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
           if (took[x][u]) {
             bestFreed.emplace_back(items[x].storage, Action::Recompute);
-            u = std::max<int64_t>(0, u - items[x].units);
+            u = std::max<int64_t>(0, u - items[x].units);  // (recompute: its own units)
           }
         }
       }
@@ -511,7 +516,10 @@ int64_t minimalBudget(const Problem& p) {
         if (!canEnd(p, k, j)) continue;
         if (k > 0 && dp[k - 1][i] == inf) continue;
         if (k == 0 && i != 0) continue;
-        const int64_t mem = sums.excess(q, k, j, Variant::Swap, stuck) - q.window();  // no window: a lower bound
+        // No window, and swapped storages W reads out of the split backward's
+        // holding (Note [swapped weight reads]): a lower bound.
+        const int64_t pending = i > 0 && !q.weightPendingPerStage.empty() ? q.weightPendingPerStage[k] : 0;
+        const int64_t mem = sums.excess(q, k, j, Variant::Swap, stuck) - q.window() - pending * sums.weightSwappable;
         dp[k][j] = std::min(dp[k][j], std::max(k == 0 ? 0 : dp[k - 1][i], mem));
       }
     }

@@ -280,6 +280,55 @@ TEST(Partitioner, ATiedWeightCountsOnEveryStageThatReadsIt) {
   EXPECT_EQ(evaluateStage(p, 1, 2, 4, {}).paramBytes, 0) << "a stage that does not read it holds none";
 }
 
+// Note [swapped weight reads]: under ZB-H1 the last stage holds what W reads
+// for every micro-batch waiting for its W, but not the storages it swapped
+// (they are back on the tier). So a swap of a storage W reads lowers its
+// budget bound by (in flight + weight pending) x its bytes; a recompute (the
+// storage is rebuilt at Bi and held until W) by the in-flight count only.
+TEST(Partitioner, ASwappedWeightReadLeavesTheSplitBackwardsHolding) {
+  Problem p;
+  p.stages = 2;
+  p.microBatches = 4;
+  const auto zb = pipeline::makeZeroBubbleH1(2, 4);
+  p.inFlightPerStage = pipeline::peakAwaitingBackward(zb);
+  p.weightPendingPerStage = pipeline::peakWeightPending(zb);
+  p.holdingMixes = pipeline::holdingMixes(zb);
+  ASSERT_GT(p.weightPendingPerStage[1], 0) << "ZB-H1's last stage defers W";
+  for (int j = 0; j < 4; ++j) p.nodes.push_back({1e-3, 1e-3, 0, 0});
+  p.weightGradPrefix.assign(5, 0);
+  p.cutBytes.assign(5, 1000);
+  p.validCut.assign(5, 1);
+  p.swapSecondsPerByte = 1e-9;
+  for (int producer : {2, 3}) {  // two storages of 1 MiB on the last stage, one read by W
+    SavedStorage s;
+    s.producer = s.firstSaver = producer;
+    s.lastReader = producer + 1;
+    s.bytes = 1 << 20;
+    s.segment = {producer};
+    s.weightReads = producer == 2;
+    p.storages.push_back(s);
+  }
+  const int f = holdingFactor(p, 1, 2), pending = p.weightPendingPerStage[1];
+  p.unitBytes = 1024;
+  p.budgetBytes = 1;  // (with no budget nothing is freeable: the bound would leave freed storages' spans out)
+  const auto keep = evaluateStage(p, 1, 2, 4, {});
+  // A budget that freeing 1 MiB from every in-flight micro-batch does not
+  // meet, but freeing it from the micro-batches waiting for W as well does.
+  p.budgetBytes = keep.boundBytes - (int64_t{f} << 20) - (int64_t{pending} << 19);
+  const auto swapW = evaluateStage(p, 1, 2, 4, {{0, Action::Swap}});
+  const auto recomputeW = evaluateStage(p, 1, 2, 4, {{0, Action::Recompute}});
+  const auto swapOther = evaluateStage(p, 1, 2, 4, {{1, Action::Swap}});
+  EXPECT_TRUE(swapW.fits) << "the swap also frees the held copies between Bi and W";
+  EXPECT_LE(swapW.peakBytes, p.budgetBytes);
+  EXPECT_FALSE(recomputeW.fits) << "a recomputed storage W reads is held from Bi to W";
+  EXPECT_FALSE(swapOther.fits) << "a storage only Bi reads is never held between Bi and W";
+  EXPECT_LT(swapW.peakBytes, recomputeW.peakBytes) << "the prediction frees them too";
+  // The partitioner finds the swap (and nothing cheaper) at this budget.
+  auto plan = partitionWithCuts(p, {2});
+  ASSERT_EQ(plan.stages[1].freed.size(), 1u);
+  EXPECT_EQ(plan.stages[1].freed[0], (std::pair<int, Action>{0, Action::Swap}));
+}
+
 // A GPT-like chain: 5,000 nodes in repeating blocks, a binding budget.
 Problem longChain() {
   std::mt19937 rng(3);
