@@ -65,7 +65,7 @@ train() {
 field() { cat "$tmp/$1"/logs/rank_*.log | { grep -o "$2=[0-9]*" || true; } | cut -d= -f2 | sort -n | tail -1; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 why_not() {  # why_not NAME: why a plan or run failed
-  grep -ho "needs [0-9.]* MiB\|the smallest budget that fits is [0-9.]* MiB\|out of memory\|does not fit" \
+  grep -ho "needs [0-9.]* MiB\|budget that fits is [0-9.]* MiB\|out of memory\|does not fit" \
     "$tmp/$1.plan.log" "$tmp/$1.log" 2>/dev/null | sed -n 1p || true
 }
 predicted_step() { grep -o "predicted step time [0-9.]* ms" "$tmp/$1.plan.log" | awk '{ print $4 / 1000 }'; }

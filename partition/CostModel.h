@@ -177,6 +177,10 @@ struct Problem {
   // storages. It must not depend on the budget: Note [memory unit].
   int64_t unitBytes = 0;
   int budgetShares = 1;            // stages per rank sharing the rank's budget equally (messages name the rank's)
+  // Note [rank budget] (partition/Plan.cpp): when set, budgetBytes is a
+  // relaxed share of a rank's budget and a plan must also fit this, each
+  // rank's stages together (checked by the planner, not by the DP).
+  int64_t rankBudgetBytes = 0;
   double staticPerParamByte = 4;   // see above
   // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
   // (Note [step buffers], optim/DistAdam.cpp) holds, after backward, the
@@ -190,6 +194,7 @@ struct Problem {
   int64_t stepBucketBytes = 0;
   int64_t stepBytes(int64_t paramBytes, int64_t largestParamBytes) const;
   bool prune = true;               // partitioner search pruning (large graphs); the result is the same without
+  bool nameSmallestBudget = true;  // a PlanError for a budget nothing fits names the smallest that would (minimalBudget: slow)
 
   int numNodes() const { return static_cast<int>(nodes.size()); }
   // Throws PlanError when sizes disagree, a value is negative or a storage is malformed.

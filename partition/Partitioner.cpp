@@ -559,7 +559,7 @@ Partition partitionOptimal(const Problem& p) {
   double best = 0;
   std::vector<int> cuts;
   if (!optimalCuts(p, &cuts, &best)) {
-    const int64_t need = minimalBudget(p);
+    const int64_t need = p.nameSmallestBudget ? minimalBudget(p) : -1;
     std::ostringstream os;
     // With several stages per rank the budget is the rank's, shared equally: name it, not the share.
     const int shares = std::max(1, p.budgetShares);
@@ -567,7 +567,13 @@ Partition partitionOptimal(const Problem& p) {
        << formatBytesExact(p.budgetBytes * shares) << " per rank"
        << (shares > 1 ? " (" + formatBytesExact(p.budgetBytes) + " for each of its " + std::to_string(shares) + " stages)"
                       : std::string());
-    if (need > 0) os << "; the smallest budget that fits is " << budgetAdvice(need, shares);
+    // Several stages per rank: the smallest with equal shares; the planner
+    // also tries each rank's stages together (Note [rank budget], Plan.cpp).
+    if (need > 0 && shares == 1) os << "; the smallest budget that fits is " << budgetAdvice(need, shares);
+    if (need > 0 && shares > 1) {
+      os << "; a budget that fits is " << budgetAdvice(need, shares)
+         << " (the smallest with an equal share per stage; with each rank's stages together less may fit)";
+    }
     throw PlanError(os.str());
   }
   auto out = partitionWithCuts(p, cuts);

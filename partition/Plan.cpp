@@ -82,8 +82,8 @@ Partition fixedPartition(const OpGraph& graph, const Profile& profile, const Pla
   return out;
 }
 
-Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
-                       const std::vector<int>* cuts) {
+Partition partitionBeforeRankCheck(const OpGraph& graph, const Profile& profile, const PlanSettings& st,
+                                   const Problem& p, const std::vector<int>* cuts) {
   if (st.policy != memory::MemoryPolicy::Plan) {
     // The split that is fastest without a budget; the fixed choices must then fit.
     std::vector<int> chosen;
@@ -97,6 +97,22 @@ Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanS
     return fixedPartition(graph, profile, st, p, chosen);
   }
   return cuts ? partitionWithCuts(p, *cuts) : partitionOptimal(p);
+}
+
+// The partition of `cuts` (or the best), which under a relaxed share (Note
+// [rank budget]) must also fit each rank's budget, its stages together.
+Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
+                       const std::vector<int>* cuts) {
+  auto part = partitionBeforeRankCheck(graph, profile, st, p, cuts);
+  if (p.rankBudgetBytes > 0) {
+    const auto bounds = rankBounds(st, profile, part, p);
+    for (size_t r = 0; r < bounds.size(); ++r) {
+      SLUICE_CHECK(bounds[r] <= p.rankBudgetBytes, PlanError,
+                   "partition: rank " << r << " needs " << formatBytesExact(bounds[r]) << ", over its budget of "
+                                      << formatBytesExact(p.rankBudgetBytes));
+    }
+  }
+  return part;
 }
 
 // Schedules other than GPipe and 1F1B (zb-h1, interleaved, interleaved-zb):
@@ -183,6 +199,50 @@ std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& pr
 
 }  // namespace
 
+// Note [rank budget]: a rank that hosts several stages (interleaved, zbv)
+// holds them at once, and the DP checks stages one at a time: each gets an
+// equal share of the rank's budget, which always fits (the shares' bounds
+// add up to at most the budget) but counts every stage's transient memory
+// and swap window once per stage, and its peak as if the stages' peaks
+// coincided. So the planner also tries relaxed shares (up to the whole
+// budget per stage), from the most generous down, and keeps the first plan
+// whose every rank fits the budget with its stages together: the rank's
+// predicted peak (at each moment of its action order, what its stages hold
+// then, the acting stage's transient and the communication buffers, plus
+// one swap window; PlanStage::rankPeakBytes) with each transient as the
+// budget bound counts it (every freeable storage's span). It keeps that plan
+// when it is predicted faster than the equal shares' (or they do not fit).
+// Not with DistAdam over several ranks, whose step buffers the rank bound
+// leaves out.
+template <typename PlanOf>
+Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planOf) {
+  const bool relaxable = st.chunks > 1 && problem.budgetBytes > 0 && problem.stepRanks <= 1;
+  if (!relaxable) return planOf(problem);
+  std::optional<Plan> best;
+  Problem equal = problem;
+  equal.nameSmallestBudget = false;  // (named below if nothing fits)
+  try {
+    best = planOf(equal);
+  } catch (const PlanError&) {
+  }
+  for (double relax : {2.0, 1.6, 1.35, 1.15}) {
+    if (relax > st.chunks) continue;
+    Problem q = problem;
+    q.budgetBytes = static_cast<int64_t>(relax * static_cast<double>(problem.budgetBytes));
+    q.rankBudgetBytes = st.budgetBytes;
+    q.nameSmallestBudget = false;
+    try {
+      auto relaxed = planOf(q);
+      if (!best || relaxed.stepTime < best->stepTime) best = std::move(relaxed);
+      break;
+    } catch (const PlanError&) {
+    } catch (const GraphError&) {
+    }
+  }
+  if (!best) return planOf(problem);  // throws the equal shares' error, naming the smallest budget they fit
+  return std::move(*best);
+}
+
 Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
   const int pieces = st.stages * st.chunks;
   switch (st.method) {
@@ -195,21 +255,23 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   }
   SLUICE_CHECK(st.minOpLevelGain >= 0 && st.minOpLevelGain < 1, PlanError,
                "partition: the minimum op-level gain must be in [0, 1), got " << st.minOpLevelGain);
-  auto problem = makeProblem(graph, profile, st);
-  auto opLevel = refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
-  auto aligned = layerAligned(graph, profile, st, problem, opLevel);
-  if (!aligned) return toPlan(graph, profile, st, problem, opLevel);
-  auto plan = toPlan(graph, profile, st, problem, aligned->partition);
-  plan.opLevelCuts = opLevel.cuts;
-  plan.opLevelStepTime = aligned->opLevelStep;
-  plan.minOpLevelGain = st.minOpLevelGain;
-  return plan;
+  return withRankBudget(st, makeProblem(graph, profile, st), [&](const Problem& problem) {
+    auto opLevel = refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
+    auto aligned = layerAligned(graph, profile, st, problem, opLevel);
+    if (!aligned) return toPlan(graph, profile, st, problem, opLevel);
+    auto plan = toPlan(graph, profile, st, problem, aligned->partition);
+    plan.opLevelCuts = opLevel.cuts;
+    plan.opLevelStepTime = aligned->opLevelStep;
+    plan.minOpLevelGain = st.minOpLevelGain;
+    return plan;
+  });
 }
 
 Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {
   splitGraph(graph, cuts);  // GraphError naming nearby valid cuts when one is invalid
-  auto problem = makeProblem(graph, profile, st);
-  return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, &cuts));
+  return withRankBudget(st, makeProblem(graph, profile, st), [&](const Problem& problem) {
+    return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, &cuts));
+  });
 }
 
 }  // namespace sluice::partition

@@ -33,6 +33,11 @@ struct Prediction {
 Prediction predict(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p);
 double simulatedStepTime(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p);
 
+// Several stages per rank: each rank's memory bound, its stages together
+// (Note [rank budget], Plan.cpp): the rank's predicted peak with every
+// acting stage's transient as the budget bound counts it.
+std::vector<int64_t> rankBounds(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p);
+
 // The plan of a partition: its stages, decisions and predictions.
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
             const Partition& part);

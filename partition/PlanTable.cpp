@@ -25,7 +25,7 @@ std::string Plan::table() const {
                 (schedule + (scheduleCosts() ? " fitted to the stage times" : "") +
                  (chunks > 1 ? " (" + std::to_string(chunks) + " stages per rank, " + placementText() + ")" : "")).c_str(),
                 microBatches, microBatchSize, dataParallel,
-                budgetBytes > 0 ? (mib(budgetBytes) + (chunks > 1 ? " per rank, an equal share per stage" : " per stage")).c_str()
+                budgetBytes > 0 ? (mib(budgetBytes) + (chunks > 1 ? " per rank, its stages together" : " per stage")).c_str()
                                 : "none");
   os << buf;
   std::snprintf(buf, sizeof(buf), "%5s %14s %10s %8s %8s %8s %8s %8s  %-23s %10s %10s\n", "stage", "nodes", "params",
@@ -34,7 +34,7 @@ std::string Plan::table() const {
   for (auto& s : stages) {
     const std::string range = "[" + std::to_string(s.firstNode) + ", " + std::to_string(s.endNode) + ")";
     const std::string memory =
-        mib(s.peakBytes) + " / " + (budgetBytes > 0 ? mib(budgetBytes / std::max(1, chunks)) : std::string("-"));
+        mib(s.peakBytes) + " / " + (budgetBytes > 0 && chunks <= 1 ? mib(budgetBytes) : std::string("-"));
     std::snprintf(buf, sizeof(buf), "%5d %14s %10s %8.2f %8.2f %8.2f %8.2f %8.2f  %-23s %10s %10s\n", s.index,
                   range.c_str(), mib(s.paramBytes).c_str(), 1e3 * s.forward, 1e3 * s.backward, 1e3 * s.comm,
                   1e3 * (s.swap + s.recompute + s.loss + s.refill), 1e3 * s.time, memory.c_str(), mib(s.swappedBytes).c_str(),
@@ -76,6 +76,19 @@ std::string Plan::table() const {
                   pendingW > 0 ? (" + " + mib(pendingW) + " held between Bi and W (what W reads, its gradients)").c_str() : "",
                   s.windowBytes > 0 ? (" + " + mib(s.windowBytes) + " swap window").c_str() : "");
     os << buf;
+  }
+  if (chunks > 1 && !stages.empty() && stages.front().rankPeakBytes > 0) {
+    // Several stages per rank: the rank's peak, its stages together (Note [rank budget], Plan.cpp).
+    const int ranks = static_cast<int>(stages.size()) / chunks;
+    const auto* kind = pipeline::findScheduleKind(schedule);
+    const pipeline::Placement placement{ranks, chunks, kind && kind->vShape};
+    for (int r = 0; r < ranks; ++r) {
+      std::string list;
+      for (int k : placement.stagesOf(r)) list += (list.empty() ? "" : ", ") + std::to_string(k);
+      os << "  rank " << r << " (stages " << list << "): predicted peak "
+         << mib(stages.at(placement.stagesOf(r).front()).rankPeakBytes)
+         << (budgetBytes > 0 ? " of its " + mib(budgetBytes) + " budget" : std::string()) << "\n";
+    }
   }
   if (!decisions.empty()) {
     os << decisions.size() << " saved storages are not kept:\n";

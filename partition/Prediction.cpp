@@ -145,36 +145,56 @@ std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, in
   return out;
 }
 
-void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
-                  const std::optional<pipeline::ScheduleCosts>& costs) {
+// Each rank's memory with its stages together (above): the prediction, or
+// with `bound` each acting stage's transient as the budget bound counts it
+// (transientBound: every freeable storage's span, whatever the plan frees;
+// Note [rank budget], Plan.cpp).
+std::vector<int64_t> rankMemory(const Partition& part, const PlanSettings& st,
+                                const std::optional<pipeline::ScheduleCosts>& costs, const Problem* bound) {
   const auto schedule =
       pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+  std::vector<int64_t> out;
   for (int rank = 0; rank < schedule.rankCount(); ++rank) {
     // A rank runs one stage's action at a time: at each moment of its order,
     // what its stages hold plus the acting stage's transient; and the largest
     // swap window (its stages share one engine, launcher/Trainer.cpp).
     int64_t fixed = 0, window = 0, peak = 0;
     std::map<int, const StageCost*> mine;
+    std::map<int, int64_t> transient;
     for (auto& s : part.stages) {
       if (schedule.rankOf(s.stage) != rank) continue;
       mine[s.stage] = &s;
       fixed += s.staticBytes;
       window = std::max(window, s.windowBytes);
+      transient[s.stage] = bound ? transientBound(*bound, s.first, s.end, s.recomputedBytes > 0) : s.transientBytes;
     }
     const auto buffers = communicationBuffers(schedule, rank, part);  // Note [communication buffers]
     for (const auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
-      int64_t now = mine.at(moment.acting)->transientBytes + buffers.at(moment.action);
+      int64_t now = transient.at(moment.acting) + buffers.at(moment.action);
       for (auto& [index, s] : mine) {
         const auto& m = moment.mix.at(index);
         now += m.beforeInput * s->heldBytes + m.beforeWeight * s->heldWeightBytes + (m.capturing ? s->capturedBytes : 0);
       }
       peak = std::max(peak, now);
     }
-    const int64_t rankPeak = fixed + window + peak;
-    for (auto& ps : plan.stages) {
-      if (schedule.rankOf(ps.index) == rank) ps.rankPeakBytes = rankPeak;
-    }
+    out.push_back(fixed + window + peak);
   }
+  return out;
+}
+
+// The schedule costs training fits its schedule to (recorded in the plan); none for unfitted schedules.
+std::optional<pipeline::ScheduleCosts> fittedCosts(const PlanSettings& st, const Profile& profile, const Partition& part,
+                                                   const Problem& p) {
+  if (p.inFlightPerStage.empty() || !st.fitSchedule || !pipeline::fitsToStageTimes(st.schedule)) return std::nullopt;
+  return scheduleCostsOf(profile, part, p);
+}
+
+void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
+                  const std::optional<pipeline::ScheduleCosts>& costs) {
+  const auto peaks = rankMemory(part, st, costs, nullptr);
+  const auto schedule =
+      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+  for (auto& ps : plan.stages) ps.rankPeakBytes = peaks.at(schedule.rankOf(ps.index));
 }
 
 }  // namespace
@@ -204,6 +224,10 @@ void addDecisions(Plan& plan, const OpGraph& graph, const Problem& problem, cons
 
 }  // namespace
 
+std::vector<int64_t> rankBounds(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
+  return rankMemory(part, st, fittedCosts(st, profile, part, p), &p);
+}
+
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
             const Partition& part) {
   auto split = splitGraph(graph, part.cuts);
@@ -224,11 +248,8 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.stepTime = predicted.stepTime;
   const auto refill = refillCostsOf(profile, part);
   plan.refillWaitSeconds = refill.waitSeconds;
-  std::optional<pipeline::ScheduleCosts> costs;
-  if (!problem.inFlightPerStage.empty() && st.fitSchedule && pipeline::fitsToStageTimes(st.schedule)) {
-    costs = scheduleCostsOf(profile, part, problem);  // recorded: training fits its schedule to them too
-    plan.scheduleComm = costs->comm;
-  }
+  const auto costs = fittedCosts(st, profile, part, problem);  // recorded: training fits its schedule to them too
+  if (costs) plan.scheduleComm = costs->comm;
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;

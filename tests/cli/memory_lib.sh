@@ -3,10 +3,11 @@
 # smallest budget the partitioner can meet, plans and training runs in $TMP,
 # predicted vs measured peaks, losses vs keeping everything.
 # smallest_budget [args...]: the smallest budget the partitioner can meet (it
-# says so when asked for less), in whole MiB rounded up, plus 1.
+# says so when asked for less; with several stages per rank, the smallest
+# with equal shares: Note [rank budget]), in whole MiB rounded up, plus 1.
 smallest_budget() {
   { "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
-    grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ b = int($7); if (b < $7) b++; print b + 1 }'
+    grep -o "budget that fits is [0-9.]* MiB" | awk '{ x = $(NF - 1); b = int(x); if (b < x) b++; print b + 1 }'
 }
 plan() {  # plan NAME [args...]
   local name=$1

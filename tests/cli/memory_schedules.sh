@@ -5,7 +5,9 @@
 # the plan meets by swapping and (interleaved) by recomputing only,
 # every rank's measured peak is within 10% of the prediction and within the
 # budget, and the losses equal keeping everything under the same schedule
-# exactly (Note [split backward memory], memory/StageMemory.h). Recompute
+# exactly (Note [split backward memory], memory/StageMemory.h); zbv and
+# interleaved also under a budget only each rank's stages together meet
+# (Note [rank budget], partition/Plan.cpp). Recompute
 # under every schedule is exact by tests/pipeline/MemoryPlanTest.cpp.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
@@ -27,6 +29,23 @@ for schedule in zb-h1 interleaved interleaved-zb zbv; do
   check_memory swap_$schedule "$budget"
   same_losses swap_$schedule keep_$schedule
   grep -q "memory plan: swapped [1-9]" "$TMP/swap_$schedule"/logs/rank_*.log || fail "$schedule: no rank swapped"
+done
+
+# Note [rank budget] (partition/Plan.cpp): a rank's stages fit its budget
+# together, so zbv and interleaved plan at 85% of the smallest budget an equal
+# share per stage can meet, and train within it with memory.hard_limit (an
+# allocation beyond the budget fails), the losses those of keeping everything.
+for schedule in zbv interleaved; do
+  s=(--set pipeline.schedule=$schedule)
+  equal=$(smallest_budget "${s[@]}")
+  budget=$((equal * 85 / 100))
+  plan rank_$schedule --budget-mb "$budget" "${s[@]}"
+  grep -q "^  rank 0 (stages .*): predicted peak .* of its $budget.00 MiB budget" "$TMP/rank_$schedule.plan.log" ||
+    { cat "$TMP/rank_$schedule.plan.log"; fail "$schedule: no rank peak against the budget in the plan"; }
+  train rank_$schedule "$TMP/rank_$schedule.pb" "${s[@]}" --set memory.budget_mb="$budget" --set memory.hard_limit=true
+  check_memory rank_$schedule "$budget"
+  same_losses rank_$schedule keep_$schedule
+  echo "$schedule: planned and trained at $budget MiB, under the $equal MiB equal shares need"
 done
 
 # Recompute only (no swap tier), interleaved, on the cuts of keeping
