@@ -126,6 +126,7 @@ struct Plan {
   // One row per stage: nodes, params, predicted time, memory vs budget, swapped/recomputed bytes.
   std::string table() const;
   std::string placementText() const;  // which rank hosts which stage, in words (chunks > 1)
+  std::string rankPeaksText() const;  // each rank's predicted peak and the budget (chunks > 1; "" otherwise)
   // The decisions of one stage.
   std::vector<TensorDecision> stageDecisions(int stage) const;
 };

@@ -15,6 +15,23 @@ std::string Plan::placementText() const {
   return pipeline::Placement{ranks, chunks, kind && kind->vShape}.describe();
 }
 
+// Several stages per rank: each rank's peak, its stages together (Note [rank budget], Plan.cpp).
+std::string Plan::rankPeaksText() const {
+  if (chunks <= 1 || stages.empty() || stages.front().rankPeakBytes <= 0) return "";
+  std::ostringstream os;
+  const int ranks = static_cast<int>(stages.size()) / chunks;
+  const auto* kind = pipeline::findScheduleKind(schedule);
+  const pipeline::Placement placement{ranks, chunks, kind && kind->vShape};
+  for (int r = 0; r < ranks; ++r) {
+    std::string list;
+    for (int k : placement.stagesOf(r)) list += (list.empty() ? "" : ", ") + std::to_string(k);
+    os << "  rank " << r << " (stages " << list << "): predicted peak "
+       << formatBytes(stages.at(placement.stagesOf(r).front()).rankPeakBytes)
+       << (budgetBytes > 0 ? " of its " + formatBytes(budgetBytes) + " budget" : std::string()) << "\n";
+  }
+  return os.str();
+}
+
 std::string Plan::table() const {
   std::ostringstream os;
   char buf[400];
@@ -77,19 +94,7 @@ std::string Plan::table() const {
                   s.windowBytes > 0 ? (" + " + mib(s.windowBytes) + " swap window").c_str() : "");
     os << buf;
   }
-  if (chunks > 1 && !stages.empty() && stages.front().rankPeakBytes > 0) {
-    // Several stages per rank: the rank's peak, its stages together (Note [rank budget], Plan.cpp).
-    const int ranks = static_cast<int>(stages.size()) / chunks;
-    const auto* kind = pipeline::findScheduleKind(schedule);
-    const pipeline::Placement placement{ranks, chunks, kind && kind->vShape};
-    for (int r = 0; r < ranks; ++r) {
-      std::string list;
-      for (int k : placement.stagesOf(r)) list += (list.empty() ? "" : ", ") + std::to_string(k);
-      os << "  rank " << r << " (stages " << list << "): predicted peak "
-         << mib(stages.at(placement.stagesOf(r).front()).rankPeakBytes)
-         << (budgetBytes > 0 ? " of its " + mib(budgetBytes) + " budget" : std::string()) << "\n";
-    }
-  }
+  os << rankPeaksText();
   if (!decisions.empty()) {
     os << decisions.size() << " saved storages are not kept:\n";
     for (auto& d : decisions) {
