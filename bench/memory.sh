@@ -5,8 +5,8 @@
 #   1f1b none              keep every saved tensor (the baseline);
 #   1f1b full_recompute    checkpoint every transformer block (Megatron's full
 #                          recompute, DeepSpeed's activation checkpointing);
-#   SCHEDULE plan          Sluice's partitioner under 1f1b, zb-h1, interleaved
-#                          or interleaved-zb (2 stages per rank): per saved
+#   SCHEDULE plan          Sluice's partitioner under 1f1b, zb-h1, interleaved,
+#                          interleaved-zb or zbv (2 stages per rank): per saved
 #                          storage keep, swap (O_DIRECT file in memory.swap_dir)
 #                          or recompute, whatever is fastest within the budget;
 #   auto plan              pipeline.schedule auto: the schedule and plan the
@@ -70,7 +70,7 @@ why_not() {  # why_not NAME: why a plan or run failed
 }
 predicted_step() { grep -o "predicted step time [0-9.]* ms" "$tmp/$1.plan.log" | awk '{ print $4 / 1000 }'; }
 
-candidates=("1f1b full_recompute" "1f1b plan" "zb-h1 plan" "interleaved plan" "interleaved-zb plan" "auto plan")
+candidates=("1f1b full_recompute" "1f1b plan" "zb-h1 plan" "interleaved plan" "interleaved-zb plan" "zbv plan" "auto plan")
 label() { echo "${1// /+}"; }  # "zb-h1 plan" -> zb-h1+plan
 
 echo "bench/memory: $(grep -c ^processor /proc/cpuinfo) cores, 2 ranks x 1 thread, $("$sluice" --version | grep BLAS)"
@@ -84,7 +84,7 @@ echo
 echo "(a) budget $budget MiB per rank (1F1B keep-all peak at micro-batch 2, + 3%), memory.hard_limit on"
 printf '%-24s %20s %9s\n' candidate "largest micro-batch" "vs none"
 declare -A largest
-for c in "1f1b none" "${candidates[@]:0:5}"; do
+for c in "1f1b none" "${candidates[@]:0:6}"; do
   best=0
   for mb in 1 2 3 4 6 8 12 16 24; do
     name="a.$(label "$c").$mb"
@@ -99,7 +99,7 @@ for c in "1f1b none" "${candidates[@]:0:5}"; do
   done
   largest[$c]=$best
 done
-for c in "1f1b none" "${candidates[@]:0:5}"; do
+for c in "1f1b none" "${candidates[@]:0:6}"; do
   awk -v p="$(label "$c")" -v b="${largest[$c]}" -v n="${largest[1f1b none]}" \
     'BEGIN { printf "%-24s %20d %8.1fx\n", p, b, (n > 0 ? b / n : 0) }'
 done
@@ -225,7 +225,7 @@ echo "run, per stage; pred/meas MiB: peak allocated bytes of the model, the larg
 # ---- the issue's three checks, from the table ----
 best() {  # best LEVEL_INDEX: the plan candidate (not full_recompute, not auto) with the largest vs 1F1B
   local i=$1 c name top="" topv=0
-  for c in "${candidates[@]:1:4}"; do
+  for c in "${candidates[@]:1:5}"; do
     name="b.${pct[$i]}.$(label "$c")"
     [ -n "${vs[$name]:-}" ] || continue
     if awk -v a="${vs[$name]}" -v b="$topv" 'BEGIN { exit !(a > b) }'; then top=$name topv=${vs[$name]}; fi
