@@ -443,7 +443,7 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
         for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
           if (took[x][u]) {
             bestFreed.emplace_back(items[x].storage, Action::Recompute);
-            u = std::max<int64_t>(0, u - items[x].units);  // (recompute: its own units)
+            u = std::max<int64_t>(0, u - items[x].units);
           }
         }
       }

@@ -149,10 +149,7 @@ std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, in
 // with `bound` each acting stage's transient as the budget bound counts it
 // (transientBound: every freeable storage's span, whatever the plan frees;
 // Note [rank budget], Plan.cpp).
-std::vector<int64_t> rankMemory(const Partition& part, const PlanSettings& st,
-                                const std::optional<pipeline::ScheduleCosts>& costs, const Problem* bound) {
-  const auto schedule =
-      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partition& part, const Problem* bound) {
   std::vector<int64_t> out;
   for (int rank = 0; rank < schedule.rankCount(); ++rank) {
     // A rank runs one stage's action at a time: at each moment of its order,
@@ -182,6 +179,11 @@ std::vector<int64_t> rankMemory(const Partition& part, const PlanSettings& st,
   return out;
 }
 
+// The schedule training runs: fitted to `costs` when there are any.
+pipeline::Schedule scheduleFor(const PlanSettings& st, const std::optional<pipeline::ScheduleCosts>& costs) {
+  return pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+}
+
 // The schedule costs training fits its schedule to (recorded in the plan); none for unfitted schedules.
 std::optional<pipeline::ScheduleCosts> fittedCosts(const PlanSettings& st, const Profile& profile, const Partition& part,
                                                    const Problem& p) {
@@ -191,9 +193,8 @@ std::optional<pipeline::ScheduleCosts> fittedCosts(const PlanSettings& st, const
 
 void setRankPeaks(Plan& plan, const Partition& part, const PlanSettings& st,
                   const std::optional<pipeline::ScheduleCosts>& costs) {
-  const auto peaks = rankMemory(part, st, costs, nullptr);
-  const auto schedule =
-      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+  const auto schedule = scheduleFor(st, costs);
+  const auto peaks = rankMemory(schedule, part, nullptr);
   for (auto& ps : plan.stages) ps.rankPeakBytes = peaks.at(schedule.rankOf(ps.index));
 }
 
@@ -225,7 +226,7 @@ void addDecisions(Plan& plan, const OpGraph& graph, const Problem& problem, cons
 }  // namespace
 
 std::vector<int64_t> rankBounds(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
-  return rankMemory(part, st, fittedCosts(st, profile, part, p), &p);
+  return rankMemory(scheduleFor(st, fittedCosts(st, profile, part, p)), part, &p);
 }
 
 Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& problem,
