@@ -389,22 +389,24 @@ void StageMemory::setTrace(TraceRecorder* trace) {
   if (context_->engine) context_->engine->setTrace(trace);
 }
 
-void StageMemory::beginBackward(int microBatch, const std::vector<int>& nextMicroBatches) {
+bool StageMemory::swaps() const { return context_->engine != nullptr; }
+
+void StageMemory::prefetch(int microBatch) {
   auto& c = *context_;
-  c.backwardMicroBatch = microBatch;
   if (!c.engine) return;
   c.engine->check();
+  auto it = swapOrder_.find(microBatch);
+  if (it == swapOrder_.end()) return;
   std::vector<std::shared_ptr<SwapSlot>> order;
-  auto add = [&](int mb) {
-    auto it = swapOrder_.find(mb);
-    if (it == swapOrder_.end()) return;
-    for (auto w = it->second.rbegin(); w != it->second.rend(); ++w) {
-      if (auto slot = w->lock()) order.push_back(slot);
-    }
-  };
-  add(microBatch);
-  for (int mb : nextMicroBatches) add(mb);
+  for (auto w = it->second.rbegin(); w != it->second.rend(); ++w) {
+    if (auto slot = w->lock()) order.push_back(slot);
+  }
   c.engine->prefetch(order);
+}
+
+void StageMemory::beginBackward(int microBatch) {
+  context_->backwardMicroBatch = microBatch;
+  prefetch(microBatch);
 }
 
 void StageMemory::endBackwardInput(int microBatch, bool weightNext) {

@@ -35,7 +35,8 @@
 //   { SavedTensorScope scope(memory.hooks()); out = module.forward(in, &memory); }
 //   memory.endForward();
 //   ...
-//   memory.beginBackward(mb, {nextMb});  // prefetch swapped storages
+//   memory.prefetch(nextMb);              // queue reads ahead (optional)
+//   memory.beginBackward(mb);             // reads of mb's swapped storages
 //   torch::autograd::backward(...);
 //   memory.endBackward(mb);
 //
@@ -111,9 +112,14 @@ class StageMemory : public NodeObserver {
   void beginForward(int microBatch, const std::vector<torch::Tensor>& boundaryInputs);
   HooksFactory hooks();
   void endForward();
-  // Queues reads of this micro-batch's swapped storages (last saved first),
-  // then of the next ones, within the swap window.
-  void beginBackward(int microBatch, const std::vector<int>& nextMicroBatches = {});
+  // Queues reads of this micro-batch's swapped storages (last saved first)
+  // behind the reads already queued on the swap engine (which the rank's
+  // stages share); they run within the swap window. Queuing one twice, or one
+  // whose forward has not run, is a no-op.
+  void prefetch(int microBatch);
+  bool swaps() const;  // the plan swaps something on this stage
+  // prefetch(microBatch), at the start of one of its backward pieces.
+  void beginBackward(int microBatch);
   void endBackward(int microBatch);
   // The end of a split backward's input half (Note [split backward memory]):
   // swapped storages the weight half still needs go back to the tier unless

@@ -199,6 +199,33 @@ std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& pr
 
 }  // namespace
 
+// Note [rank window]: a rank's stages share one swap engine, whose window
+// (memory.swap_window_mb 0: an eighth of the budget) the DP sizes from a
+// stage's share of the budget, a half or less of what a rank with one stage
+// gets. A window that small holds one storage read ahead, and the writes
+// of a forward then wait for the reads of the next backward (bench/memory,
+// docs/benchmarks.md). Once the plan is chosen, its window grows toward an
+// eighth of the rank's budget by what every rank leaves of its budget at its
+// predicted peak; the peaks grow with it, so every rank still fits.
+void widenRankWindow(Plan& plan, const PlanSettings& st) {
+  if (plan.swapWindowBytes <= 0 || st.budgetBytes <= 0 || plan.stages.front().rankPeakBytes <= 0) return;
+  int64_t extra = st.budgetBytes / 8 - plan.swapWindowBytes;
+  for (const auto& s : plan.stages) extra = std::min(extra, st.budgetBytes - s.rankPeakBytes);
+  if (extra <= 0) return;
+  plan.swapWindowBytes += extra;
+  const auto placement = pipeline::placementOf(st.schedule, st.stages, st.chunks);
+  for (int rank = 0; rank < st.stages; ++rank) {
+    bool swaps = false;
+    for (int k : placement.stagesOf(rank)) swaps = swaps || plan.stages.at(k).windowBytes > 0;
+    if (!swaps) continue;
+    for (int k : placement.stagesOf(rank)) {
+      auto& s = plan.stages.at(k);
+      s.rankPeakBytes += extra;
+      if (s.windowBytes > 0) s.windowBytes += extra, s.peakBytes += extra;
+    }
+  }
+}
+
 // Note [rank budget]: a rank that hosts several stages (interleaved, zbv)
 // holds them at once, and the DP checks stages one at a time: each gets an
 // equal share of the rank's budget, which always fits (the shares' bounds
@@ -240,6 +267,7 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
     }
   }
   if (!best) return planOf(problem);  // throws the equal shares' error, naming the smallest budget they fit
+  if (st.swapWindowShare > 0) widenRankWindow(*best, st);
   return std::move(*best);
 }
 

@@ -264,6 +264,33 @@ bool isCompute(const Action& a) {
          a.kind == ActionKind::BackwardWeight;
 }
 
+bool isBackwardPiece(const Action& a) { return isCompute(a) && a.kind != ActionKind::Forward; }
+
+std::vector<size_t> prefetchTargets(const std::vector<Action>& actions, size_t x,
+                                    const std::function<bool(const Action&)>& reads) {
+  std::vector<size_t> out;
+  if (x >= actions.size() || actions[x].kind == ActionKind::Forward) return out;
+  size_t y = x;
+  while (y < actions.size() && !isCompute(actions[y])) ++y;
+  if (y == actions.size() || !isBackwardPiece(actions[y])) return out;
+  if (!isBackwardPiece(actions[x])) {
+    if (reads(actions[y])) out.push_back(y);
+    return out;
+  }
+  for (; y < actions.size() && out.size() < 2; ++y) {
+    const Action& a = actions[y];
+    if (!isBackwardPiece(a)) continue;
+    // Its forward must have run before x.
+    bool forwardRan = false;
+    for (size_t f = 0; f < x && !forwardRan; ++f) {
+      forwardRan = actions[f].kind == ActionKind::Forward && actions[f].stage == a.stage && actions[f].microBatch == a.microBatch;
+    }
+    if (!forwardRan) break;
+    if (reads(a)) out.push_back(y);
+  }
+  return out;
+}
+
 namespace {
 
 // Walks actions (of one stage, or of a rank's stages), calling

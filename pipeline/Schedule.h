@@ -30,6 +30,7 @@
 //   sluice::pipeline::checkSchedule(s);   // throws ScheduleError naming the fault
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,23 @@ struct Action {
 // opposed to its sends and receives. runStep posts the receives of the next
 // one while one runs (Note [communication buffers], partition/Plan.cpp).
 bool isCompute(const Action& a);
+bool isBackwardPiece(const Action& a);  // B, Bi or W
+
+// Note [rank prefetch order]: a rank's stages share one swap engine, whose
+// reads run in the order they were queued, within one window. Before action
+// x of a rank's `actions`, runStep queues the reads of the backward pieces
+// this returns, in its order (reads(piece): the piece reads swapped
+// storages; others are passed over):
+// - at a backward piece: that piece, then the rank's next one, whichever
+//   stage it is on; none whose forward comes at x or later (the search ends
+//   there). A later piece never goes ahead of an earlier one, which would
+//   hold the window while the earlier one reads on demand;
+// - at a receive or send whose next compute action is a backward piece: that
+//   piece, so its reads run while the receive waits;
+// - at a forward, or a receive or send before one: nothing (reads held
+//   through a forward would leave its writes less of the window).
+std::vector<size_t> prefetchTargets(const std::vector<Action>& actions, size_t x,
+                                    const std::function<bool(const Action&)>& reads);
 
 // Which rank hosts which stage (ranks x chunks stages): a loop (stage s on
 // rank s % ranks) or, with v and 2 chunks, a V (rank r hosts r and

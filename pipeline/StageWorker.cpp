@@ -257,12 +257,24 @@ std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> StageWorker::b
   return {roots, grads};
 }
 
-void StageWorker::backwardInput(int mb, InFlight& st, const std::vector<int>& nextBackwards, bool weightNext) {
+bool StageWorker::inputHalfReads() const {
+  return std::find(inputNeedsGrad_.begin(), inputNeedsGrad_.end(), true) != inputNeedsGrad_.end();
+}
+
+bool StageWorker::readsSwapped(const Action& a) const {
+  return memory_ && memory_->swaps() && isBackwardPiece(a) && (a.kind != ActionKind::BackwardInput || inputHalfReads());
+}
+
+void StageWorker::prefetch(const Action& a) {
+  if (readsSwapped(a)) memory_->prefetch(a.microBatch);
+}
+
+void StageWorker::backwardInput(int mb, InFlight& st, bool weightNext) {
   const auto t0 = std::chrono::steady_clock::now();
   // Without an input that needs a gradient (the first stage), the input half
   // computes nothing and reads no saved tensor: nothing to fetch or give back.
-  const bool reads = memory_ && std::find(inputNeedsGrad_.begin(), inputNeedsGrad_.end(), true) != inputNeedsGrad_.end();
-  if (reads) memory_->beginBackward(mb, nextBackwards);
+  const bool reads = memory_ && inputHalfReads();
+  if (reads) memory_->beginBackward(mb);
   auto [roots, grads] = backwardRoots(st);
   st.split = std::make_unique<BackwardSplit>();
   st.inputGrads = st.split->runInput(roots, grads, st.inputs);
@@ -273,9 +285,9 @@ void StageWorker::backwardInput(int mb, InFlight& st, const std::vector<int>& ne
   times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void StageWorker::backwardWeight(int mb, InFlight& st, const std::vector<int>& nextBackwards) {
+void StageWorker::backwardWeight(int mb, InFlight& st) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (memory_) memory_->beginBackward(mb, nextBackwards);
+  if (memory_) memory_->beginBackward(mb);
   st.split->runWeight();
   st.split.reset();
   if (memory_) memory_->endBackward(mb);
@@ -283,9 +295,9 @@ void StageWorker::backwardWeight(int mb, InFlight& st, const std::vector<int>& n
   ++times_.backwards;
 }
 
-void StageWorker::backward(int mb, InFlight& st, const std::vector<int>& nextBackwards) {
+void StageWorker::backward(int mb, InFlight& st) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (memory_) memory_->beginBackward(mb, nextBackwards);
+  if (memory_) memory_->beginBackward(mb);
   if (isLast()) {
     if (lossScale_ == 1) {
       st.loss.backward();
@@ -326,8 +338,6 @@ std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked) {
   return {"?", "compute"};
 }
 
-bool isBackwardPiece(const Action& a) { return isCompute(a) && a.kind != ActionKind::Forward; }
-
 }  // namespace
 
 void StageWorker::beginStep(const std::vector<MicroBatch>& microBatches) {
@@ -350,7 +360,7 @@ void StageWorker::reapSends() {
   sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
 }
 
-void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards, bool weightNext) {
+void StageWorker::execute(const Action& a, bool weightNext) {
   const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   auto& st = state_.at(a.microBatch);
   const bool chunked = schedule_.chunks() > 1;
@@ -396,13 +406,13 @@ void StageWorker::execute(const Action& a, const std::vector<int>& nextBackwards
       break;
     }
     case ActionKind::Backward:
-      backward(a.microBatch, st, nextBackwards);
+      backward(a.microBatch, st);
       break;
     case ActionKind::BackwardInput:
-      backwardInput(a.microBatch, st, nextBackwards, weightNext);
+      backwardInput(a.microBatch, st, weightNext);
       break;
     case ActionKind::BackwardWeight:
-      backwardWeight(a.microBatch, st, nextBackwards);
+      backwardWeight(a.microBatch, st);
       break;
     case ActionKind::SendGrad: {
       for (size_t i = 0; i < nIn; ++i) {
@@ -461,15 +471,11 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
         if (isCompute(actions[y])) break;
       }
     }
-    // The stage's next backward piece (memory plans prefetch for it), and
-    // whether a BackwardInput's weight half is the rank's next compute action.
-    std::vector<int> next;
+    // The swap-ins to read ahead (Note [rank prefetch order], Schedule.h).
+    const auto reads = [&](const Action& piece) { return byStage.at(piece.stage)->readsSwapped(piece); };
+    for (size_t y : prefetchTargets(actions, x, reads)) byStage.at(actions[y].stage)->prefetch(actions[y]);
+    // Whether a BackwardInput's weight half is the rank's next compute action.
     bool weightNext = false;
-    if (isBackwardPiece(a)) {
-      for (size_t y = x + 1; y < actions.size() && next.empty(); ++y) {
-        if (isBackwardPiece(actions[y]) && actions[y].stage == a.stage) next.push_back(actions[y].microBatch);
-      }
-    }
     if (a.kind == ActionKind::BackwardInput) {
       for (size_t y = x + 1; y < actions.size(); ++y) {
         if (!isCompute(actions[y])) continue;
@@ -478,7 +484,7 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
         break;
       }
     }
-    byStage.at(a.stage)->execute(a, next, weightNext);
+    byStage.at(a.stage)->execute(a, weightNext);
   }
   torch::Tensor loss;
   for (auto* w : stages) {

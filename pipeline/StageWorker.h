@@ -138,9 +138,12 @@ class StageWorker {
   // the step's loss on the last stage, undefined elsewhere).
   void beginStep(const std::vector<MicroBatch>& microBatches);
   void postReceives(const Action& a);
-  // nextBackwards: the micro-batch of this stage's next backward piece
-  // (prefetch); weightNext: a BackwardInput whose weight half runs next.
-  void execute(const Action& a, const std::vector<int>& nextBackwards, bool weightNext = false);
+  // weightNext: a BackwardInput whose weight half runs next.
+  void execute(const Action& a, bool weightNext = false);
+  // Whether backward piece `a` of this stage reads swapped storages, and
+  // queues their reads (Note [rank prefetch order], Schedule.h).
+  bool readsSwapped(const Action& a) const;
+  void prefetch(const Action& a);
   void reapSends();
   torch::Tensor endStep();
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
@@ -188,9 +191,10 @@ class StageWorker {
   int tag(int microBatch, int value, size_t count, bool gradient) const;
   std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
   void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
-  void backward(int mb, InFlight& st, const std::vector<int>& nextBackwards);
-  void backwardInput(int mb, InFlight& st, const std::vector<int>& nextBackwards, bool weightNext);
-  void backwardWeight(int mb, InFlight& st, const std::vector<int>& nextBackwards);
+  void backward(int mb, InFlight& st);
+  void backwardInput(int mb, InFlight& st, bool weightNext);
+  void backwardWeight(int mb, InFlight& st);
+  bool inputHalfReads() const;  // some input needs a gradient
   std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> backwardRoots(InFlight& st) const;
 
   StageGraph stage_;

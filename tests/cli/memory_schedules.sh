@@ -15,6 +15,21 @@ drop=(--set model.dropout=0.1)
 run=(--set training.steps=4 --set logging.interval=2 "${drop[@]}")
 source "$(dirname "$0")/memory_lib.sh"
 
+# check_window NAME BUDGET_MIB: Note [rank window] (partition/Plan.cpp): with
+# several stages per rank the swap window is at most an eighth of the rank's
+# budget, and grew to it or until a rank's predicted peak met the budget; it
+# is larger than an eighth of a stage's equal share.
+check_window() {
+  awk -v n="$1" -v b="$2" '
+    / MiB swap window$/ { w = $(NF - 3); if (w > win) win = w }
+    /^  rank [0-9]+ \(stages .*\): predicted peak / { for (i = 1; i <= NF; ++i) if ($i == "peak") p = $(i + 1); if (p > peak) peak = p }
+    END { printf "%s: swap window %.2f MiB, largest rank peak %.2f MiB, budget %d MiB\n", n, win, peak, b
+          if (win > b / 8 + 0.01) { print "window over an eighth of the budget"; exit 1 }
+          if (win < b / 8 - 0.01 && peak < b - 0.01) { print "the window could have grown"; exit 1 }
+          if (win <= b / 16 + 0.01) { print "the window is a stage share'"'"'s"; exit 1 } }' "$TMP/$1.plan.log" ||
+    { cat "$TMP/$1.plan.log"; fail "$1: swap window"; }
+}
+
 "$SLUICE" profile "$CFG" "${drop[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
 for schedule in zb-h1 interleaved interleaved-zb zbv; do
   s=(--set pipeline.schedule=$schedule)
@@ -25,6 +40,7 @@ for schedule in zb-h1 interleaved interleaved-zb zbv; do
   budget=$(plan_from swap_$schedule "$(smallest_budget "${s[@]}")" "${s[@]}")
   grep -qE "^  stage .* swap$" "$TMP/swap_$schedule.plan.log" ||
     { cat "$TMP/swap_$schedule.plan.log"; fail "$schedule: the $budget MiB plan swaps nothing"; }
+  [ $schedule = zb-h1 ] || check_window swap_$schedule "$budget"
   train swap_$schedule "$TMP/swap_$schedule.pb" "${s[@]}"
   check_memory swap_$schedule "$budget"
   same_losses swap_$schedule keep_$schedule

@@ -263,6 +263,41 @@ TEST(Schedule, InterleavedRankOrder) {
   EXPECT_EQ(compute, want) << toString(s);
 }
 
+// Note [rank prefetch order]: the swap-ins a rank queues before each action
+// follow the rank's own backward order across its stages.
+TEST(Schedule, PrefetchFollowsTheRanksBackwardOrder) {
+  const auto s = makeInterleaved1F1B(2, 2, 4);
+  const auto& actions = s.actions[0];
+  auto find = [&](K kind, int mb, int stage) {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (actions[i] == Action{kind, mb, stage}) return i;
+    }
+    ADD_FAILURE() << "no action " << mb << " " << stage;
+    return size_t{0};
+  };
+  const auto all = [](const Action&) { return true; };
+  // After B1 on stage 0 the rank's next backward is B2 on stage 2, not B2 on stage 0.
+  EXPECT_EQ(prefetchTargets(actions, find(K::Backward, 1, 0), all),
+            (std::vector<size_t>{find(K::Backward, 1, 0), find(K::Backward, 2, 2)}));
+  EXPECT_EQ(prefetchTargets(actions, find(K::Backward, 2, 2), all),
+            (std::vector<size_t>{find(K::Backward, 2, 2), find(K::Backward, 3, 2)}));
+  // A stage that reads nothing swapped is passed over.
+  const auto stage0 = [](const Action& a) { return a.stage == 0; };
+  EXPECT_EQ(prefetchTargets(actions, find(K::Backward, 1, 0), stage0),
+            (std::vector<size_t>{find(K::Backward, 1, 0), find(K::Backward, 2, 0)}));
+  // The receive of B0's gradient on stage 2 queues B0 (read while it waits); a forward nothing.
+  const auto b0 = find(K::Backward, 0, 2);
+  ASSERT_GT(b0, 0u);
+  EXPECT_EQ(actions[b0 - 1].kind, K::RecvGrad);
+  EXPECT_EQ(prefetchTargets(actions, b0 - 1, all), (std::vector<size_t>{b0}));
+  EXPECT_TRUE(prefetchTargets(actions, find(K::Forward, 3, 0), all).empty());
+  // 1F1B's last stage: B0 comes before F1, so B1's storages are not saved yet at B0.
+  const auto last = makeSchedule("1f1b", 2, 4).actions[1];
+  size_t first = 0;
+  while (last[first].kind != K::Backward) ++first;
+  EXPECT_EQ(prefetchTargets(last, first, all), (std::vector<size_t>{first}));
+}
+
 // Interleaved zero-bubble: valid for p 2..4, v 1..3, m multiples of p up to
 // 12, backward split on every stage; per rank at most interleaved 1F1B's
 // warm-up + 1 pieces between F and B, and at most rank 0's between F and W;
