@@ -27,7 +27,8 @@
 // - With a memory plan (setMemoryPlan; eager execution; every schedule),
 //   saved tensors are kept, swapped or recomputed as the plan says
 //   (memory::StageMemory); swapped ones are prefetched in the order the
-//   schedule runs this stage's backward pieces (B, or Bi and W separately),
+//   rank runs its backward pieces (B, or Bi and W separately), across the
+//   stages it hosts (Note [rank prefetch order], pipeline/Schedule.h),
 //   and under a split backward a swapped storage the weight half needs goes
 //   back to the tier between Bi and W (Note [split backward memory],
 //   memory/StageMemory.h).
