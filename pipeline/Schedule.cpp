@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -277,15 +278,13 @@ std::vector<size_t> prefetchTargets(const std::vector<Action>& actions, size_t x
     if (reads(actions[y])) out.push_back(y);
     return out;
   }
+  // A piece's forward comes before it: it ran before x unless it lies in [x, y).
+  std::set<std::pair<int, int>> forwardsAhead;  // (stage, micro-batch)
   for (; y < actions.size() && out.size() < 2; ++y) {
     const Action& a = actions[y];
+    if (a.kind == ActionKind::Forward) forwardsAhead.emplace(a.stage, a.microBatch);
     if (!isBackwardPiece(a)) continue;
-    // Its forward must have run before x.
-    bool forwardRan = false;
-    for (size_t f = 0; f < x && !forwardRan; ++f) {
-      forwardRan = actions[f].kind == ActionKind::Forward && actions[f].stage == a.stage && actions[f].microBatch == a.microBatch;
-    }
-    if (!forwardRan) break;
+    if (forwardsAhead.count({a.stage, a.microBatch})) break;
     if (reads(a)) out.push_back(y);
   }
   return out;

@@ -261,8 +261,10 @@ bool StageWorker::inputHalfReads() const {
   return std::find(inputNeedsGrad_.begin(), inputNeedsGrad_.end(), true) != inputNeedsGrad_.end();
 }
 
+bool StageWorker::swaps() const { return memory_ && memory_->swaps(); }
+
 bool StageWorker::readsSwapped(const Action& a) const {
-  return memory_ && memory_->swaps() && isBackwardPiece(a) && (a.kind != ActionKind::BackwardInput || inputHalfReads());
+  return swaps() && isBackwardPiece(a) && (a.kind != ActionKind::BackwardInput || inputHalfReads());
 }
 
 void StageWorker::prefetch(const Action& a) {
@@ -461,6 +463,7 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
   SLUICE_CHECK(byStage.size() == stages.size(), Error, "runStep: stages of other ranks or repeated");
   const auto& actions = schedule.actions.at(rank);
   for (auto* w : stages) w->beginStep(microBatches);
+  const bool swapping = std::any_of(stages.begin(), stages.end(), [](StageWorker* w) { return w->swaps(); });
   for (size_t x = 0; x < actions.size(); ++x) {
     const Action& a = actions[x];
     for (auto* w : stages) w->reapSends();
@@ -473,7 +476,9 @@ torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector
     }
     // The swap-ins to read ahead (Note [rank prefetch order], Schedule.h).
     const auto reads = [&](const Action& piece) { return byStage.at(piece.stage)->readsSwapped(piece); };
-    for (size_t y : prefetchTargets(actions, x, reads)) byStage.at(actions[y].stage)->prefetch(actions[y]);
+    if (swapping) {
+      for (size_t y : prefetchTargets(actions, x, reads)) byStage.at(actions[y].stage)->prefetch(actions[y]);
+    }
     // Whether a BackwardInput's weight half is the rank's next compute action.
     bool weightNext = false;
     if (a.kind == ActionKind::BackwardInput) {

@@ -144,6 +144,7 @@ class StageWorker {
   // Whether backward piece `a` of this stage reads swapped storages, and
   // queues their reads (Note [rank prefetch order], Schedule.h).
   bool readsSwapped(const Action& a) const;
+  bool swaps() const;  // the stage's memory plan swaps something
   void prefetch(const Action& a);
   void reapSends();
   torch::Tensor endStep();
