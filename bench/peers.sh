@@ -26,7 +26,9 @@
 # (bf16: autocast rounds differently from Sluice's captured graph), or the
 # bench stops with both lists.
 #   usage: bench/peers.sh [ROUNDS] [STEPS]   (default 5 rounds of 15 steps; medians after 3 warm-up steps)
-#   BENCH_M=8 sets the micro-batch count (default 4); BENCH_PRECISIONS="fp32" picks precisions.
+#   BENCH_M=8 sets the micro-batch count (default 4); BENCH_PRECISIONS="fp32" picks precisions;
+#   BENCH_PAIRS="gpipe 1f1b" keeps the pairs with one of these schedules on either side (1f1b must be
+#   one: every run's losses are checked against PyTorch 1F1B's).
 #   BENCH_HOSTS=2 (root): 4 ranks on two hosts of the test cluster (tests/cluster/lib.sh: network
 #   namespaces h2 and h3, 2 ranks each, TCP between them): 4 stages of one layer each; PyTorch's
 #   gpipe and 1f1b (its interleaved schedules would need 8 layers) against Sluice's, and Sluice's
@@ -59,6 +61,15 @@ if [ "${BENCH_HOSTS:-1}" = 2 ]; then
   quickstart_run=(on_host h1 "$sluice" launch)
   quickstart_extra=(--hostfile "$WORK/hostfile" --set cluster.interface=eth0 --set cluster.rsh_agent="$AGENT"
                     --set "cluster.env={OMPI_MCA_mpi_yield_when_idle: '1'}")
+fi
+if [ -n "${BENCH_PAIRS:-}" ]; then
+  case " $BENCH_PAIRS " in *" 1f1b "*) ;; *) echo "bench/peers: BENCH_PAIRS must include 1f1b (the losses' reference)" >&2; exit 1 ;; esac
+  kept=()
+  for pair in "${pairs[@]}"; do
+    set -- $pair
+    case " $BENCH_PAIRS " in *" $1 "* | *" $2 "*) kept+=("$pair") ;; esac
+  done
+  pairs=("${kept[@]}")
 fi
 weights="$tmp/weights.safetensors"
 (cd "$root/bench" && $py peers_torch.py init --weights "$weights")

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "core/AttentionFusion.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "sluice_graph.pb.h"
@@ -384,7 +385,8 @@ KeepBuffers::~KeepBuffers() {
   for (auto& [buffer, value] : saved_) buffer.copy_(value);
 }
 
-OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs) {
+OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs,
+                const CaptureOptions& options) {
   std::vector<GraphInput> inputs;
   torch::jit::Stack stack;
   for (auto& d : dataInputs) {
@@ -418,8 +420,19 @@ OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::
   } catch (const std::exception& e) {
     throw GraphError(std::string("tracing the model failed: ") + e.what());
   }
+  const int fused = options.fuseAttention ? fuseCausalAttention(*graph, stack) : 0;
   torch::jit::EliminateDeadCode(graph);
-  return OpGraph(graph, inputs);
+  if (fused > 0) {
+    // The rewrite leaves gaps in the values' numbering and its constants
+    // numbered last; parsing the IR numbers them in order, as a graph loaded
+    // from a file (fromProtoBytes) is, so the two hash the same.
+    auto renumbered = std::make_shared<torch::jit::Graph>();
+    torch::jit::parseIR(graph->toString(), renumbered.get());
+    graph = renumbered;
+  }
+  OpGraph captured(graph, inputs);
+  captured.setFusedAttentions(fused);
+  return captured;
 }
 
 }  // namespace sluice

@@ -77,6 +77,11 @@ class OpGraph {
   // Stable hash of the IR and the input names/shapes (hex string).
   const std::string& hash() const { return hash_; }
 
+  // Causal attentions capture() rewrote into one node (Note [attention fusion]);
+  // 0 for a graph loaded from a file.
+  int fusedAttentions() const { return fusedAttentions_; }
+  void setFusedAttentions(int n) { fusedAttentions_ = n; }
+
   // Values needed after cut k that are produced before it (see header comment).
   std::vector<ValueInfo> liveAcross(int cut) const;
   bool isValidCut(int cut) const;
@@ -113,6 +118,7 @@ class OpGraph {
   std::vector<std::string> liveCandidates_;          // data inputs then node outputs, in order
   std::vector<int> writtenAcross_;  // cut -> a node at or after it writing into a value from before it (-1: none)
   std::string hash_;
+  int fusedAttentions_ = 0;
 };
 
 // A data input of the traced function: a name and an example tensor.
@@ -140,9 +146,16 @@ class KeepBuffers {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> saved_;
 };
 
+struct CaptureOptions {
+  // Rewrite causal attention written op by op into scaled_dot_product_attention
+  // (Note [attention fusion], core/AttentionFusion.h); model.fuse_attention.
+  bool fuseAttention = true;
+};
+
 // Traces forward(dataInputs) on module; parameters and buffers become named
 // graph inputs. Buffers keep their values (KeepBuffers).
-OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs);
+OpGraph capture(torch::nn::Module& module, const ForwardFn& forward, const std::vector<NamedTensor>& dataInputs,
+                const CaptureOptions& options = {});
 
 // The module's parameters/buffers with these module paths (the names capture()
 // gives graph inputs), in the order given. Throws GraphError for an unknown name.

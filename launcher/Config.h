@@ -81,6 +81,10 @@ struct ModelConfig {
   int64_t heads = 4;
   int64_t embd = 64;
   double dropout = 0.0;      // GPT-2 style dropout (embeddings, attention, residuals); 0 = off
+  double attnDropout = 0.0;  // model.attn_dropout: on the attention weights (default: model.dropout)
+  // model.fuse_attention: capture rewrites causal attention written op by op
+  // into scaled_dot_product_attention (Note [attention fusion]); any model
+  bool fuseAttention = true;
   // gpt and llama: the output projection reads the token embedding's weight
   // (default: true for llama, false for gpt)
   bool tieEmbeddings = false;

@@ -60,6 +60,9 @@ void modelKeys(S& s, Config& c) {
   s.key("heads", m.heads, gptLike);
   s.key("embd", m.embd, gptLike);
   s.key("dropout", m.dropout, gptLike);
+  s.derive([&] { m.attnDropout = m.dropout; });
+  s.key("attn_dropout", m.attnDropout, gptLike);
+  s.key("fuse_attention", m.fuseAttention);
   s.derive([&] { m.tieEmbeddings = llama; });
   s.key("tie_embeddings", m.tieEmbeddings, gptLike);
   s.key("kv_heads", m.kvHeads, llama);

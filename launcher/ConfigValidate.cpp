@@ -198,6 +198,8 @@ void validateModel(Config& c) {
                                        std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
                                        std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
     require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), got " + std::to_string(m.dropout));
+    require(m.attnDropout >= 0 && m.attnDropout < 1,
+            "model.attn_dropout must be in [0, 1), got " + std::to_string(m.attnDropout));
     if (m.kind == ModelKind::Llama) {
       const int64_t kv = m.kvHeads == 0 ? m.heads : m.kvHeads;
       require(m.kvHeads >= 0, "model.kv_heads must be >= 1 (0 = model.heads), got " + std::to_string(m.kvHeads));

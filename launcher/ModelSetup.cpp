@@ -109,6 +109,7 @@ ModelSetup makeModelSetup(const Config& c) {
     const auto n = loadWeights(*s.module, c.model.weights);
     log::info("model.weights: " + std::to_string(n) + " tensors from " + c.model.weights);
   }
+  s.captureOptions.fuseAttention = c.model.fuseAttention;
   if (c.training.precision != Precision::Fp32) {
     s.computeType = c.training.precision == Precision::Bf16 ? c10::kBFloat16 : c10::kHalf;
     // The loss in float32 (logits may leave the graph in the compute dtype).
@@ -191,6 +192,7 @@ Options languageModelOptions(const Config& c) {
   o.heads = c.model.heads;
   o.embd = c.model.embd;
   o.dropout = c.model.dropout;
+  o.attnDropout = c.model.attnDropout;
   o.tieEmbeddings = c.model.tieEmbeddings;
   return o;
 }
@@ -335,7 +337,7 @@ OpGraph ModelSetup::capture(int64_t microBatchSize) const {
   for (size_t i = 0; i < examples.size(); ++i) named.push_back({inputNames.at(i), examples[i].to(device)});
   std::optional<AutocastScope> autocast;
   if (computeType != c10::kFloat) autocast.emplace(device.type(), computeType);
-  return sluice::capture(*module, forward, named);
+  return sluice::capture(*module, forward, named, captureOptions);
 }
 
 std::vector<torch::Tensor> ModelSetup::tensorsByName(const std::vector<std::string>& names) const {

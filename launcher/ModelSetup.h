@@ -39,6 +39,7 @@ struct ModelSetup {
   // fp16 is captured the same way (CUDA autocast into float16); its
   // gradients are loss-scaled (Note [fp16 loss scaling], optim/LossScaler.h).
   c10::ScalarType computeType = c10::kFloat;
+  CaptureOptions captureOptions;  // model.fuse_attention
 
   // Moves the module's parameters and buffers to `device`; capture() then
   // traces there (a traced graph fixes the device of the tensors it makes).

@@ -153,6 +153,9 @@ void Trainer::setUp() {
     setup_.toDevice(device_);
     graph_.emplace(setup_.capture(c_.training.microBatchSize));
   }
+  if (rank_ == 0 && graph_->fusedAttentions() > 0)
+    log::info("capture: " + std::to_string(graph_->fusedAttentions()) +
+              " causal attentions fused into scaled_dot_product_attention (Note [attention fusion])");
   // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
   // replica's stages are a pipeline communicator (rank == stage); each stage's
   // replicas are a data-parallel communicator for DistAdam.

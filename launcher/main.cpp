@@ -67,6 +67,9 @@ int runGraph(const sluice::CommandLine& a) {
   auto setup = sluice::makeModelSetup(config);
   auto graph = setup.capture(config.training.microBatchSize);
   std::cout << graph.toString();
+  if (graph.fusedAttentions() > 0)
+    std::cout << graph.fusedAttentions() << " causal attentions fused into scaled_dot_product_attention "
+              << "(model.fuse_attention: false keeps them as written)\n";
   std::cout << graph.numNodes() << " nodes, hash " << graph.hash() << ", " << graph.validCuts().size()
             << " valid cut points\n";
   if (!a.output.empty()) {

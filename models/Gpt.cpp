@@ -17,7 +17,7 @@ torch::Tensor maybeDropout(const torch::Tensor& x, double p, bool training) {
 }  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& o)
-    : heads_(o.heads), embd_(o.embd), dropout_(o.dropout) {
+    : heads_(o.heads), embd_(o.embd), dropout_(o.dropout), attnDropout_(o.attentionDropout()) {
   TORCH_CHECK(o.embd % o.heads == 0, "model.embd (", o.embd, ") must be divisible by model.heads (", o.heads, ")");
   cAttn_ = register_module("c_attn", nn::Linear(o.embd, 3 * o.embd));
   cProj_ = register_module("c_proj", nn::Linear(o.embd, o.embd));
@@ -36,7 +36,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   // -inf, not a large negative number: float16 (fp16 autocast) ends at 65504. softmax gives
   // those entries exactly 0 either way, so float32 results do not change.
   att = att.masked_fill(causal == 0, -std::numeric_limits<double>::infinity());
-  att = maybeDropout(torch::softmax(att, -1), dropout_, is_training());
+  att = maybeDropout(torch::softmax(att, -1), attnDropout_, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   return maybeDropout(cProj_->forward(y), dropout_, is_training());
 }

@@ -5,8 +5,8 @@
 //
 // Module paths follow GPT-2: wte, wpe, h.<i>.{ln_1,attn.c_attn,attn.c_proj,
 // ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head. With dropout > 0, GPT-2's
-// dropout: after the embeddings, on the attention weights and after each
-// residual branch (random, so a pipeline reproduces a run only with the same
+// dropout: after the embeddings, on the attention weights (attnDropout, by
+// default the same) and after each residual branch (random, so a pipeline reproduces a run only with the same
 // seed and the same random stream per rank); 0 adds no dropout nodes.
 //
 //   sluice::models::GptOptions o; o.layers = 2;
@@ -25,7 +25,9 @@ struct GptOptions {
   int64_t heads = 4;
   int64_t embd = 64;
   double dropout = 0.0;
+  double attnDropout = -1;     // on the attention weights; < 0: dropout
   bool tieEmbeddings = false;  // lm_head reads wte.weight (no lm_head module)
+  double attentionDropout() const { return attnDropout < 0 ? dropout : attnDropout; }
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -35,7 +37,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, embd_;
-  double dropout_;
+  double dropout_, attnDropout_;
   torch::nn::Linear cAttn_{nullptr}, cProj_{nullptr};
   torch::Tensor mask_;
 };

@@ -68,7 +68,7 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, const torch::Tenso
   // -inf, not a large negative number: float16 (fp16 autocast) ends at 65504. softmax gives
   // those entries exactly 0 either way, so float32 results do not change.
   att = att.masked_fill(mask == 0, -std::numeric_limits<double>::infinity());
-  att = maybeDropout(torch::softmax(att, -1), o_.dropout, is_training());
+  att = maybeDropout(torch::softmax(att, -1), o_.attentionDropout(), is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, H * hd});
   auto r = x + maybeDropout(wo_->forward(y), o_.dropout, is_training());
   auto f = ffnNorm_->forward(r);

@@ -34,10 +34,12 @@ struct LlamaOptions {
   int64_t embd = 64;
   int64_t hidden = 0;    // SwiGLU width; 0: Llama's 2/3 x 4 x embd, rounded up to a multiple of 32
   double dropout = 0.0;
+  double attnDropout = -1;  // on the attention weights; < 0: dropout
   bool tieEmbeddings = true;
   double ropeTheta = 10000.0;
   double normEps = 1e-5;
   int64_t mlpHidden() const;
+  double attentionDropout() const { return attnDropout < 0 ? dropout : attnDropout; }
 };
 
 class RmsNormImpl : public torch::nn::Module {

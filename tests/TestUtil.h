@@ -21,9 +21,13 @@ inline models::GptOptions tinyGpt(int layers = 2) {
 }
 
 // Captured where the model's parameters are (a traced graph fixes devices).
-inline OpGraph captureGpt(models::Gpt& gpt, int64_t batch, int64_t seq) {
+// options: attention fused by default, as the trainer captures; tests about
+// the op-level attention (cuts inside it, its saved tensors against eager's)
+// pass {false}.
+inline OpGraph captureGpt(models::Gpt& gpt, int64_t batch, int64_t seq, const CaptureOptions& options = {}) {
   auto tokens = torch::zeros({batch, seq}, torch::TensorOptions().dtype(torch::kLong).device(gpt->parameters()[0].device()));
-  return capture(*gpt, [&](const std::vector<torch::Tensor>& in) { return gpt->forward(in[0]); }, {{"tokens", tokens}});
+  return capture(*gpt, [&](const std::vector<torch::Tensor>& in) { return gpt->forward(in[0]); }, {{"tokens", tokens}},
+                 options);
 }
 
 // The world on one GPU that every rank shares (multi-rank CUDA tests): GPU

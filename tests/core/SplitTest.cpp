@@ -35,7 +35,7 @@ torch::Tensor runChained(models::Gpt& gpt, const std::vector<StageGraph>& stages
 TEST(Split, CutInsideBlockCarriesResidual) {
   torch::manual_seed(0);
   models::Gpt gpt(test::tinyGpt(2));
-  auto g = test::captureGpt(gpt, 2, 8);
+  auto g = test::captureGpt(gpt, 2, 8, CaptureOptions{/*fuseAttention=*/false});
   // Cut right after block 0's attention softmax: the residual stream (the
   // embedding sum, produced by the first aten::add) is needed after the cut
   // by the block's residual add, so it must cross together with the attention

@@ -108,9 +108,10 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
   std::vector<int> cuts;
   if (split == Split::InsideBlock || split == Split::PlanInsideBlock) {
-    // Inside block 0, after its attention softmax (the residual crosses).
+    // Inside block 0, after its attention (the residual crosses): the fused
+    // node (Note [attention fusion]), or the softmax where it is unfused.
     for (auto& n : graph.nodes()) {
-      if (n.op == "aten::softmax") {
+      if (n.op == "aten::scaled_dot_product_attention" || n.op == "aten::softmax") {
         cuts.push_back(n.index + 1);
         break;
       }
@@ -227,12 +228,17 @@ TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
 
 // Dropout on (Note [random streams]): the losses of `comm.size()` ranks
 // under `schedule` with `chunks` stages each (cuts by parameter bytes).
-std::vector<double> dropoutLosses(const Communicator& comm, const std::string& schedule, int chunks) {
+// attnDropout 0: dropout on the embeddings and residuals only, so capture
+// fuses the attention (Note [attention fusion]).
+std::vector<double> dropoutLosses(const Communicator& comm, const std::string& schedule, int chunks,
+                                  double attnDropout = -1) {
   torch::manual_seed(kSeed);
   auto options = test::tinyGpt(2);
   options.dropout = 0.2;
+  options.attnDropout = attnDropout;
   models::Gpt gpt(options);
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
+  EXPECT_EQ(graph.fusedAttentions(), attnDropout == 0 ? 2 : 0);
   const int p = comm.size(), pieces = p * chunks;
   auto plan = pipeline::makeSchedule(schedule, p, kMicroBatches, chunks);
   auto stages = splitGraph(graph, pieces > 1 ? partition::parameterCuts(graph, pieces) : std::vector<int>{});
@@ -285,6 +291,24 @@ TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
     ASSERT_EQ(got.size(), ref.size()) << what;
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i], ref[i]) << what << ", step " << i << " (bitwise)";
     std::cout << "dropout, " << what << ": " << got.size() << " losses bitwise equal to 1 stage" << std::endl;
+  }
+}
+
+// The same with the attention fused (attention dropout 0, the other dropouts
+// 0.2): split, interleaved and V schedules cut the fused graph anywhere by
+// parameter bytes, and every layout gives bitwise the losses of 1 stage.
+TEST(Equivalence, FusedAttentionWithDropoutIsBitwiseOnEveryLayout) {
+  auto world = Communicator::world();
+  const auto ref = dropoutLosses(Communicator::self(), "1f1b", 1, 0.0);
+  ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
+  EXPECT_NE(ref, dropoutLosses(Communicator::self(), "1f1b", 1, 0.2)) << "the attention dropout changed nothing";
+  for (auto& [schedule, chunks] : std::vector<std::pair<std::string, int>>{{"1f1b", 1}, {"zb-h1", 1}, {"zbv", 2}}) {
+    const auto got = dropoutLosses(world, schedule, chunks, 0.0);
+    const std::string what = std::to_string(world.size()) + " ranks x " + std::to_string(chunks) + " " + schedule;
+    const int lastRank = pipeline::placementOf(schedule, world.size(), chunks).rankOf(world.size() * chunks - 1);
+    if (world.rank() != lastRank) continue;
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(got[i], ref[i]) << what << ", step " << i << " (bitwise)";
   }
 }
 
