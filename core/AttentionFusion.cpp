@@ -7,7 +7,6 @@
 #include <cstring>
 #include <optional>
 
-#include "core/RandomStream.h"
 
 namespace sluice {
 
@@ -99,12 +98,16 @@ struct Match {
   Node* last = nullptr;  // matmul(p, v): its output becomes the fused node's
 };
 
-// The reader of p (through a dropout that draws nothing) when it is matmul(p, v).
+// The reader of p (through a dropout of probability 0) when it is matmul(p, v).
+// A dropout of p > 0 keeps the attention as written in train and eval mode
+// alike (eval: train=False, draws nothing), so that an evaluation graph has
+// the training graph's nodes.
 Node* weightsTimesValues(Value* p) {
   if (p->uses().size() != 1) return nullptr;
   Node* next = p->uses()[0].user;
   if (is(next, "aten::dropout")) {
-    if (next->input(0) != p || drawsRandom(next) || next->output()->uses().size() != 1) return nullptr;
+    auto probability = next->inputs().size() == 3 ? constantNumber(next->input(1)) : std::nullopt;
+    if (next->input(0) != p || !probability || *probability != 0 || next->output()->uses().size() != 1) return nullptr;
     p = next->output();
     next = p->uses()[0].user;
   }

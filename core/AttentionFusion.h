@@ -6,7 +6,7 @@
 // The pattern, in the traced IR:
 //   a = matmul(q, transpose(k, -2, -1)) * c        (or / c; c a constant)
 //   a = masked_fill(a, eq(mask, 0), -inf)          mask: slices of a graph input
-//   p = softmax(a, -1)                             [dropout(p) that draws nothing]
+//   p = softmax(a, -1)                             [dropout(p, 0, train)]
 //   y = matmul(p, v)
 // becomes y = scaled_dot_product_attention(q, k, v, None, 0.0, is_causal=True,
 // scale=c (or 1/c)). The rewrite happens only when every condition holds,
@@ -20,8 +20,10 @@
 //  - every intermediate (the scores, the masked scores, p) has one reader,
 //    the next node of the pattern (a model that returns its attention
 //    weights keeps them);
-//  - no dropout on p draws (p = 0, or train False): CPU's fused kernel has no
-//    dropout, and a drawing dropout keeps its own layout-independent stream.
+//  - no dropout of probability > 0 on p: CPU's fused kernel has no dropout, a
+//    drawing dropout keeps its own layout-independent stream, and the same
+//    decision in eval mode (train False) keeps the evaluation graph node for
+//    node the training graph (launcher/Evaluation.h).
 //
 // Why: the fused kernel reads q, k and v once per block and saves q, k, v,
 // its output and the row log-sum-exp for backward instead of the L x S
