@@ -126,8 +126,9 @@ std::optional<double> scaleOf(Node* n, Node* reader) {
 
 bool sameAttentionShapes(const Shape& q, const Shape& k, const Shape& v, const Shape& out) {
   if (q.sizes.size() != 4 || k.sizes != v.sizes || k.sizes.size() != 4 || out.sizes != q.sizes) return false;
-  if (!q.dtype || q.dtype != k.dtype || q.dtype != v.dtype || !c10::isFloatingType(*q.dtype)) return false;
-  if (!q.device || q.device != k.device || q.device != v.device) return false;
+  // float32 on the CPU only (see the header: where the fused kernel is faster and deterministic).
+  if (q.dtype != c10::kFloat || k.dtype != c10::kFloat || v.dtype != c10::kFloat) return false;
+  if (!q.device || !q.device->is_cpu() || k.device != q.device || v.device != q.device) return false;
   return q.sizes[0] == k.sizes[0] && q.sizes[1] == k.sizes[1] && q.sizes[3] == k.sizes[3] &&
          q.sizes[2] == k.sizes[2];  // L == S: causal over one sequence
 }

@@ -118,6 +118,16 @@ TEST(AttentionFusion, DrawingAttentionDropoutStaysAsWritten) {
   EXPECT_GT(count(g, "aten::dropout"), 0);
 }
 
+// bfloat16 attention stays as written (CPU's fused backward is slower there).
+TEST(AttentionFusion, Bfloat16StaysAsWritten) {
+  models::Gpt gpt(test::tinyGpt(2));
+  gpt->to(torch::kBFloat16);
+  const auto g = captureLm(*gpt, [&](const torch::Tensor& t) { return gpt->forward(t); },
+                           torch::zeros({2, 16}, torch::kLong));
+  EXPECT_EQ(g.fusedAttentions(), 0);
+  EXPECT_EQ(count(g, "aten::softmax"), 2);
+}
+
 // Llama: one mask sliced once and read by every block, grouped-query
 // attention (keys and values expanded to the query heads), rotary q and k.
 TEST(AttentionFusion, LlamaGroupedQueryAttention) {
