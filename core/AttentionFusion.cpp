@@ -145,9 +145,10 @@ std::optional<Match> matchAt(Node* softmax, const std::vector<c10::IValue>& inpu
   auto fillValue = constantNumber(fill->input(2));
   if (!fillValue || !std::isinf(*fillValue) || *fillValue > 0) return std::nullopt;
   Node* scaled = fill->input(0)->node();
-  auto scale = scaleOf(scaled, fill);
+  auto scale = scaleOf(scaled, fill);  // (checks that `scaled` is a mul or div before its input is read)
+  if (!scale) return std::nullopt;
   Node* qk = scaled->input(0)->node();
-  if (!scale || !is(qk, "aten::matmul") || !onlyReader(qk->output(), scaled)) return std::nullopt;
+  if (!is(qk, "aten::matmul") || !onlyReader(qk->output(), scaled)) return std::nullopt;
   Node* kt = qk->input(1)->node();
   if (!is(kt, "aten::transpose")) return std::nullopt;
   auto d0 = constantInt(kt->input(1)), d1 = constantInt(kt->input(2));
