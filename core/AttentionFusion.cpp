@@ -7,7 +7,6 @@
 #include <cstring>
 #include <optional>
 
-
 namespace sluice {
 
 namespace {

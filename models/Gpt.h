@@ -6,8 +6,9 @@
 // Module paths follow GPT-2: wte, wpe, h.<i>.{ln_1,attn.c_attn,attn.c_proj,
 // ln_2,mlp.c_fc,mlp.c_proj}, ln_f, lm_head. With dropout > 0, GPT-2's
 // dropout: after the embeddings, on the attention weights (attnDropout, by
-// default the same) and after each residual branch (random, so a pipeline reproduces a run only with the same
-// seed and the same random stream per rank); 0 adds no dropout nodes.
+// default the same) and after each residual branch (random, so a pipeline
+// reproduces a run only with the same seed and the same random stream per
+// rank); 0 adds no dropout nodes.
 //
 //   sluice::models::GptOptions o; o.layers = 2;
 //   sluice::models::Gpt gpt(o);
