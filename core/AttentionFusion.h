@@ -40,7 +40,9 @@
 // `model.fuse_attention: false` keeps the graph as written.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/ivalue.h>
+
+#include <vector>
 
 namespace torch::jit {
 struct Graph;

@@ -4,14 +4,6 @@
 
 namespace sluice {
 
-int64_t tensorBytes(const std::vector<torch::Tensor>& tensors) {
-  int64_t total = 0;
-  for (auto& t : tensors) {
-    if (t.defined()) total += static_cast<int64_t>(t.nbytes());
-  }
-  return total;
-}
-
 std::string formatBytes(int64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes < 0 ? -bytes : bytes);

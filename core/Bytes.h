@@ -1,14 +1,11 @@
-// Byte counts: totals of tensors and human-readable sizes.
+// Byte counts in human-readable sizes (torch-free; the bytes of tensors: core/Tensors.h).
 #pragma once
 
-#include <torch/torch.h>
-
+#include <cstdint>
 #include <string>
-#include <vector>
 
 namespace sluice {
 
-int64_t tensorBytes(const std::vector<torch::Tensor>& tensors);
 // "1.25 MiB"
 std::string formatBytes(int64_t bytes);
 // "1.25 MiB (1310720 bytes)": for messages a user acts on.

@@ -17,7 +17,7 @@
 // commBackendKinds() (core/Communicator.cpp).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <array>
 #include <cstdint>
@@ -26,12 +26,12 @@
 #include <optional>
 #include <string>
 
+#include "core/CommBackendKind.h"
+
 namespace sluice {
 
 enum class ReduceOp { Sum, Average, Max, Min };
 
-// Which library carries a communicator's CUDA tensors (CPU tensors always go over MPI).
-enum class CommBackendKind { Mpi, Nccl };
 
 // A nonblocking operation in flight.
 class PendingOp {
@@ -63,12 +63,12 @@ struct P2pHeader {
   std::array<int64_t, kLength> words{};
 
   // Throws CommError for tensors of more than kMaxDims dimensions.
-  static P2pHeader of(const torch::Tensor& tensor, bool requiresGrad, int tag);
+  static P2pHeader of(const at::Tensor& tensor, bool requiresGrad, int tag);
   bool requiresGrad() const { return words[2] != 0; }
   // "float[4,8]", or "a corrupt header".
   std::string describe() const;
   // True when magic, tag, dtype and shape are those of `expected` (a tensor of that shape and dtype).
-  bool matches(const torch::Tensor& expected, int tag) const;
+  bool matches(const at::Tensor& expected, int tag) const;
 };
 
 class CommBackend {
@@ -81,21 +81,21 @@ class CommBackend {
   virtual std::string peerName(int r) const = 0;
 
   // Sends the tensor with its header (Note [p2p header]).
-  virtual std::unique_ptr<PendingOp> isend(const torch::Tensor& tensor, bool requiresGrad, int dst, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> isend(const at::Tensor& tensor, bool requiresGrad, int dst, int tag) = 0;
   // Receives into `into`, whose shape, dtype and device are what the sender
   // must send; a mismatch is a CommError naming both. The sender's
   // requires_grad is stored in *requiresGrad once the header has arrived
   // (MPI; NCCL leaves it empty: its host does not wait for the header).
-  virtual std::unique_ptr<PendingOp> irecv(const torch::Tensor& into, std::shared_ptr<std::optional<bool>> requiresGrad,
+  virtual std::unique_ptr<PendingOp> irecv(const at::Tensor& into, std::shared_ptr<std::optional<bool>> requiresGrad,
                                            int src, int tag) = 0;
   // In place. Average is a sum followed by a division by size(), on every backend.
-  virtual std::unique_ptr<PendingOp> iallReduce(const torch::Tensor& tensor, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> iallReduce(const at::Tensor& tensor, ReduceOp op) = 0;
   // input.numel() == size() * output.numel(); rank r gets the reduction of chunk r.
-  virtual std::unique_ptr<PendingOp> ireduceScatter(const torch::Tensor& input, const torch::Tensor& output,
+  virtual std::unique_ptr<PendingOp> ireduceScatter(const at::Tensor& input, const at::Tensor& output,
                                                     ReduceOp op) = 0;
   // output.numel() == size() * input.numel(); chunk r of output is rank r's input.
-  virtual std::unique_ptr<PendingOp> iallGather(const torch::Tensor& input, const torch::Tensor& output) = 0;
-  virtual std::unique_ptr<PendingOp> ibroadcast(const torch::Tensor& tensor, int root) = 0;
+  virtual std::unique_ptr<PendingOp> iallGather(const at::Tensor& input, const at::Tensor& output) = 0;
+  virtual std::unique_ptr<PendingOp> ibroadcast(const at::Tensor& tensor, int root) = 0;
 };
 
 }  // namespace sluice

@@ -45,12 +45,12 @@
 //   auto t = torch::ones({4});
 //   world.allReduce(t);                        // sum over ranks, in place
 //   auto pair = world.split(world.rank() / 2); // sub-communicators
-//   auto gpu = pair.withDeviceBackend(CommBackendKind::Nccl, torch::Device(torch::kCUDA, 0));
-//   auto g = torch::ones({4}, torch::kCUDA);
+//   auto gpu = pair.withDeviceBackend(CommBackendKind::Nccl, c10::Device(c10::kCUDA, 0));
+//   auto g = torch::ones({4}, c10::kCUDA);
 //   gpu.allReduce(g);                          // over NCCL, ordered on the current stream
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <memory>
@@ -66,18 +66,7 @@ namespace sluice {
 
 class MpiBackend;
 
-// The backends a job can choose for its CUDA tensors (job.backend), one row each (core/Choice.h).
-const std::vector<Choice<CommBackendKind>>& commBackendKinds();
-const char* commBackendName(CommBackendKind kind);
-// Throws ConfigError listing the names.
-CommBackendKind parseCommBackend(const std::string& name);
-// True when this build can create `kind` (NCCL needs a CUDA build).
-bool commBackendBuilt(CommBackendKind kind);
-// The backend for a job's CUDA tensors: `requested`, or with nullopt (auto)
-// NCCL when the build has it and no GPU is shared by two ranks, else MPI.
-// Throws ConfigError when NCCL is requested and cannot work (no CUDA build,
-// or gpusShared: more ranks on some host than it has GPUs).
-CommBackendKind chooseDeviceBackend(std::optional<CommBackendKind> requested, bool gpusShared);
+// The backend kinds and their table: core/CommBackendKind.h.
 
 // What the receiver expects; checked against the sender's header on receipt.
 struct TensorSpec {
@@ -115,7 +104,7 @@ class Work {
 // Result of a receive: the tensor and the sender's requires_grad flag
 // (unknown over NCCL, whose receiver's host does not wait for the header).
 struct Received {
-  torch::Tensor tensor;
+  at::Tensor tensor;
   std::optional<bool> requiresGrad;
 };
 
@@ -123,14 +112,14 @@ struct Received {
 class RecvWork {
  public:
   RecvWork() = default;
-  RecvWork(Work work, torch::Tensor tensor, std::shared_ptr<std::optional<bool>> requiresGrad)
+  RecvWork(Work work, at::Tensor tensor, std::shared_ptr<std::optional<bool>> requiresGrad)
       : work_(std::move(work)), tensor_(std::move(tensor)), requiresGrad_(std::move(requiresGrad)) {}
   Received wait();
   bool valid() const { return requiresGrad_ != nullptr; }
 
  private:
   Work work_;
-  torch::Tensor tensor_;
+  at::Tensor tensor_;
   std::shared_ptr<std::optional<bool>> requiresGrad_;
 };
 
@@ -184,8 +173,8 @@ class Communicator {
 
   // --- point to point. Tags must be in [0, kMaxTag]. ---
   static constexpr int kMaxTag = 16000;
-  void send(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
-  Work isend(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
+  void send(const at::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
+  Work isend(const at::Tensor& tensor, int dst, int tag, bool requiresGrad = false) const;
   // Receives a tensor whose shape/dtype must equal `expected`, onto expected.device.
   Received recv(const TensorSpec& expected, int src, int tag) const;
   RecvWork irecv(const TensorSpec& expected, int src, int tag) const;
@@ -193,15 +182,15 @@ class Communicator {
   Received recvAny(int src, int tag) const;
 
   // --- collectives (in place where the name says so) ---
-  void allReduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
-  Work iallReduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
+  void allReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
+  Work iallReduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) const;
   // input.numel() == size() * output.numel(); rank r gets the reduction of chunk r.
-  void reduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op = ReduceOp::Sum) const;
-  Work ireduceScatter(const torch::Tensor& input, torch::Tensor& output, ReduceOp op = ReduceOp::Sum) const;
+  void reduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::Sum) const;
+  Work ireduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::Sum) const;
   // output.numel() == size() * input.numel(); chunk r of output is rank r's input.
-  void allGather(const torch::Tensor& input, torch::Tensor& output) const;
-  Work iallGather(const torch::Tensor& input, torch::Tensor& output) const;
-  void broadcast(torch::Tensor& tensor, int root) const;
+  void allGather(const at::Tensor& input, at::Tensor& output) const;
+  Work iallGather(const at::Tensor& input, at::Tensor& output) const;
+  void broadcast(at::Tensor& tensor, int root) const;
   // Over MPI: the host waits for every rank.
   void barrier() const;
 
@@ -211,7 +200,7 @@ class Communicator {
  private:
   explicit Communicator(std::shared_ptr<MpiBackend> mpi, std::shared_ptr<CommBackend> device = nullptr);
   // The backend that moves `tensor` (NCCL for CUDA tensors when attached, else MPI).
-  CommBackend& backendFor(const torch::Tensor& tensor) const;
+  CommBackend& backendFor(const at::Tensor& tensor) const;
   std::shared_ptr<MpiBackend> mpi_;
   std::shared_ptr<CommBackend> device_;  // CUDA tensors (NCCL); null: MPI with host staging
   c10::Device deviceOf_ = c10::kCPU;

@@ -8,22 +8,14 @@
 //   auto x = torch::zeros({4}, torch::TensorOptions().device(device));
 #pragma once
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
 
 #include <string>
 #include <vector>
 
-#include "core/Choice.h"
+#include "core/DeviceKind.h"
 
 namespace sluice {
-
-enum class DeviceKind { Cpu, Cuda };
-
-// One row per device kind (core/Choice.h).
-const std::vector<Choice<DeviceKind>>& deviceKinds();
-const char* deviceKindName(DeviceKind kind);
-// Throws ConfigError listing the names.
-DeviceKind parseDeviceKind(const std::string& name);
 
 // True when this build has the CUDA paths (SLUICE_CUDA).
 bool cudaBuilt();

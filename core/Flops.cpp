@@ -1,6 +1,6 @@
 #include "core/Flops.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <chrono>
 #include <functional>

@@ -6,7 +6,7 @@
 // vote's flag, all-reduced by MPI into host memory) is not counted.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <atomic>
 #include <cstdint>
@@ -20,7 +20,7 @@ inline std::atomic<int64_t>& counter() {
 inline int64_t count() { return counter().load(); }
 
 template <class T>
-T read(const torch::Tensor& t) {
+T read(const at::Tensor& t) {
   counter().fetch_add(1);
   return t.item<T>();
 }

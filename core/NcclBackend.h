@@ -35,7 +35,7 @@
 //   the header).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <memory>
 

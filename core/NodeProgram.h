@@ -27,7 +27,8 @@
 //   torch::jit::Stack out = program.run({x, w});  // graph outputs
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 
 #include <memory>
 #include <unordered_map>

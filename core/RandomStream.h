@@ -31,7 +31,7 @@
 //   program.run(inputs);  // each random node draws from its own stream
 #pragma once
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <string>

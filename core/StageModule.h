@@ -22,12 +22,14 @@
 // Not thread-safe.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/ivalue.h>
 
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "core/ExecMode.h"
 
 namespace torch::jit {
 struct Graph;
@@ -38,8 +40,6 @@ namespace sluice {
 
 class NodeObserver;
 class NodeProgram;
-
-enum class ExecMode { Compiled, Eager };
 
 struct StageMetrics {
   int64_t compiles = 0;
@@ -61,7 +61,7 @@ class StageModule {
   StageModule& operator=(StageModule&&) noexcept;
 
   // observer: eager mode only (GraphError in compiled mode).
-  std::vector<torch::Tensor> forward(const std::vector<torch::Tensor>& inputs, NodeObserver* observer = nullptr);
+  std::vector<at::Tensor> forward(const std::vector<at::Tensor>& inputs, NodeObserver* observer = nullptr);
   // The node-by-node program of eager mode (built on first use).
   const NodeProgram& program();
   const StageMetrics& metrics() const { return metrics_; }

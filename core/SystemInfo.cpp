@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 #include <mpi.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 #include <torch/version.h>
 
 #include <climits>

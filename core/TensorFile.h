@@ -6,19 +6,19 @@
 // caller decides how to write them (writeFileDurably) and what to checksum;
 // decode() throws Error naming `origin` for a truncated or foreign file.
 //
-//   std::map<std::string, torch::Tensor> t{{"h.0.attn.c_attn.weight", w}};
+//   std::map<std::string, at::Tensor> t{{"h.0.attn.c_attn.weight", w}};
 //   writeFileDurably(path, encodeTensors(t));
 //   auto back = decodeTensors(readFile(path), path);
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>
 
 namespace sluice {
 
-std::string encodeTensors(const std::map<std::string, torch::Tensor>& tensors);
-std::map<std::string, torch::Tensor> decodeTensors(const std::string& bytes, const std::string& origin);
+std::string encodeTensors(const std::map<std::string, at::Tensor>& tensors);
+std::map<std::string, at::Tensor> decodeTensors(const std::string& bytes, const std::string& origin);
 
 }  // namespace sluice

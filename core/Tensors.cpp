@@ -14,4 +14,12 @@ void tensorsIn(const c10::IValue& v, std::vector<at::Tensor>& out) {
   }
 }
 
+int64_t tensorBytes(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (auto& t : tensors) {
+    if (t.defined()) total += static_cast<int64_t>(t.nbytes());
+  }
+  return total;
+}
+
 }  // namespace sluice

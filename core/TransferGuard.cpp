@@ -1,7 +1,7 @@
 #include "core/TransferGuard.h"
 
 #include <ATen/record_function.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <atomic>
 #include <cstring>

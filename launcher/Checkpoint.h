@@ -27,7 +27,7 @@
 // All calls that take a Communicator are collective over it.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>
@@ -54,9 +54,9 @@ std::map<std::string, std::string> modelFields(const Config& config);
 
 // One rank's part of a checkpoint.
 struct RankState {
-  std::map<std::string, torch::Tensor> tensors;  // parameters and buffers (only the writer of its stage)
+  std::map<std::string, at::Tensor> tensors;  // parameters and buffers (only the writer of its stage)
   std::map<std::string, optim::AdamState> adam;  // trainable parameters (the same)
-  torch::Tensor rng;                             // this rank's CPU generator state
+  at::Tensor rng;                             // this rank's CPU generator state
 };
 
 struct CheckpointFile {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "core/Choice.h"
-#include "core/Communicator.h"
-#include "core/Device.h"
-#include "core/StageModule.h"
+#include "core/CommBackendKind.h"
+#include "core/DeviceKind.h"
+#include "core/ExecMode.h"
 #include "core/TransferGuard.h"
 #include "memory/MemoryPlan.h"
 #include "optim/OptimizerChoices.h"
@@ -177,6 +177,10 @@ struct PipelineConfig {
   int dataParallel = 1;            // replicas of each stage; world = stages x data_parallel
   std::vector<int> cuts;           // explicit node indices; empty = from plan or partition.method
   std::string plan;                // pipeline.plan: a plan file from `sluice partition` (wins over partition.method)
+  // pipeline.profile: a profile from `sluice profile` the job plans from
+  // instead of profiling itself (the same planning as without it; the file
+  // must be of this model and batch shape); "" = profile at start-up
+  std::string profile;
   // pipeline.partition.method: profile | uniform | parameters | layers
   partition::PartitionMethod partitionMethod = partition::PartitionMethod::Profile;
   // pipeline.partition.min_op_level_gain: the profile method cuts inside a

@@ -20,8 +20,8 @@
 
 #include <optional>
 
-#include "core/Communicator.h"
-#include "core/Device.h"
+#include "core/CommBackendKind.h"
+#include "core/DeviceKind.h"
 #include "core/TransferGuard.h"
 #include "launcher/Config.h"
 
@@ -116,6 +116,7 @@ void pipelineKeys(S& s, Config& c) {
   s.choice("execution", p.execution, executionChoices(), "execution");
   s.choice("boundary_dtype", p.boundaryDtype, boundaryDtypeChoices(), "boundary dtype");
   s.key("plan", p.plan);
+  s.key("profile", p.profile);
   s.section("partition", [&](auto& sub) {
     sub.choice("method", p.partitionMethod, partition::partitionMethods(), "partition method");
     sub.key("min_op_level_gain", p.minOpLevelGain);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/Device.h"
 #include "core/Error.h"
 #include "core/SystemInfo.h"
 #include "launcher/ConfigKeys.h"
@@ -394,6 +395,10 @@ void validatePlanAndMemory(Config& c) {
   require(p.plan.empty() || p.cuts.empty(), "pipeline.plan and pipeline.cuts both set: give one of them");
   require(p.plan.empty() || std::filesystem::exists(p.plan),
           "pipeline.plan '" + p.plan + "' does not exist (make one with `sluice partition CONFIG --profile FILE -o FILE`)");
+  require(p.plan.empty() || p.profile.empty(),
+          "pipeline.plan and pipeline.profile both set: a plan is already made (give the profile to `sluice partition`)");
+  require(p.profile.empty() || std::filesystem::exists(p.profile),
+          "pipeline.profile '" + p.profile + "' does not exist (make one with `sluice profile CONFIG -o FILE`)");
   auto& mem = c.memory;
   require(mem.budgetMb >= 0, "memory.budget_mb must be >= 0 (0 = no limit), got " + std::to_string(mem.budgetMb));
   require(mem.budgetMb <= kMaxMib, "memory.budget_mb must be at most " + std::to_string(kMaxMib) + " (MiB), got " +

@@ -1,5 +1,6 @@
 #include "launcher/Evaluation.h"
 
+#include "core/Capture.h"
 #include "core/TransferGuard.h"
 
 #include <chrono>

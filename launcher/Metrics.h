@@ -4,7 +4,7 @@
 // (Note [lazy loss]: the host never waits for a step's result in between).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -19,7 +19,7 @@ namespace sluice {
 
 struct StepRecord {
   int64_t step = 0;
-  torch::Tensor loss;  // scalar, read at flush()
+  at::Tensor loss;  // scalar, read at flush()
   double lr = 0;
   double stepTimeSeconds = 0;
   int64_t samples = 0;
@@ -30,7 +30,7 @@ struct StepRecord {
   std::vector<int64_t> stagePeakBytes;
   // optimizer.clip_grad_norm: the global gradient norm before clipping (a
   // scalar read at flush()); undefined: not clipped (off, or a skipped step).
-  torch::Tensor gradNorm;
+  at::Tensor gradNorm;
   double lossScale = 0;  // training.precision fp16: the step's loss scale; 0: none
 };
 

@@ -1,6 +1,7 @@
 #include "launcher/ModelSetup.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/nn/functional/loss.h>
 
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 
 #include "core/Bytes.h"
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/Log.h"
 #include "launcher/SafeTensors.h"

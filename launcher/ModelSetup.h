@@ -3,11 +3,10 @@
 // loss, and its dataset.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <functional>
 #include <memory>
 
+#include "core/Capture.h"
 #include "core/OpGraph.h"
 #include "launcher/Config.h"
 #include "launcher/data/Dataset.h"

@@ -5,10 +5,12 @@
 #include <optional>
 #include <sstream>
 
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/Log.h"
 #include "launcher/Faults.h"
 #include "memory/SwapTier.h"
+#include "partition/Profiler.h"
 #include "partition/Refill.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/ScheduleKinds.h"
@@ -168,15 +170,23 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
     plan.checkMatches(graph, c.pipeline.stages * chunks, c.pipeline.plan);
     return plan;
   }
-  // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.
-  auto machine = partition::measureMachine(world, c.memory.swap ? scratchDir : std::string());
-  // Every rank profiles at once (the machine loaded as in training); rank 0
-  // plans with the averaged times. A failure there reaches every rank in the bytes.
-  auto profile = profileModel(c, setup, graph, world);
-  profile.machine = machine;
+  partition::Profile profile;
+  if (c.pipeline.profile.empty()) {
+    // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.
+    auto machine = partition::measureMachine(world, c.memory.swap ? scratchDir : std::string());
+    // Every rank profiles at once (the machine loaded as in training); rank 0
+    // plans with the averaged times.
+    profile = profileModel(c, setup, graph, world);
+    profile.machine = machine;
+  }
+  // A failure on rank 0 (the plan, or reading pipeline.profile) reaches every rank in the bytes.
   std::string bytes, failure;
   if (world.rank() == 0) {
     try {
+      if (!c.pipeline.profile.empty()) {
+        profile = partition::Profile::load(c.pipeline.profile, graph.hash());
+        log::info("plan: from the profile " + c.pipeline.profile + " (pipeline.profile; not profiled again)");
+      }
       auto settings = planSettings(c);
       std::string why;
       bytes = makePlanFor(graph, profile, settings, c.pipeline.cuts, &why).toBytes();

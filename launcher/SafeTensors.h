@@ -17,20 +17,24 @@
 // outside the data or not matching the shape. Writing throws Error on I/O.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>
 
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
 namespace sluice {
 
-void saveSafeTensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+void saveSafeTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
-std::map<std::string, torch::Tensor> loadSafeTensors(const std::string& path);
+std::map<std::string, at::Tensor> loadSafeTensors(const std::string& path);
 
 // A module's parameters and buffers by module path (the names checkpoints,
 // exports and model.weights use).
-std::map<std::string, torch::Tensor> namedTensors(const torch::nn::Module& module);
+std::map<std::string, at::Tensor> namedTensors(const torch::nn::Module& module);
 
 // model.weights: copies the file's tensors into the module's parameters and
 // buffers of the same names (no grad; tied names share storage and take the

@@ -1,5 +1,6 @@
 #include "launcher/Trainer.h"
 
+#include <ATen/Parallel.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -15,12 +16,14 @@
 #include <sstream>
 
 #include "core/Bytes.h"
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/HostSync.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "core/TensorFile.h"
+#include "core/Tensors.h"
 #include "launcher/Evaluation.h"
 #include "launcher/Faults.h"
 #include "launcher/Job.h"
@@ -180,7 +183,8 @@ void Trainer::plan() {
                  "config error: checkpoint " << dir << " is at step " << resume_->step << ", past training.steps ("
                                              << c_.training.steps << "); raise training.steps to train further");
   }
-  if (!c_.pipeline.plan.empty() || split || memoryDecisions) {
+  // A profile given is planned from (the report then has the predictions), even where nothing must be decided.
+  if (!c_.pipeline.plan.empty() || !c_.pipeline.profile.empty() || split || memoryDecisions) {
     plan_ = planOfCheckpoint();
     if (!plan_) plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
     cuts_ = plan_->cuts();

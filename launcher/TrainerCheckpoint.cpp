@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "core/Capture.h"
 #include "core/CommActivity.h"
 #include "core/Files.h"
 #include "core/Log.h"

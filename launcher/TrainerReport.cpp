@@ -2,6 +2,8 @@
 // settings table, and the end-of-run lines per rank (compiles, compute per
 // micro-batch measured vs predicted, memory measured vs predicted, what the
 // memory plan swapped and recomputed) with rank 0's per-rank tables.
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

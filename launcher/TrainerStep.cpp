@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/Capture.h"
 #include "core/HostSync.h"
 #include "core/Log.h"
 #include "core/TransferGuard.h"

@@ -1,5 +1,6 @@
 // The `sluice` command line. Library code throws; this file turns errors into
 // a message and an exit code (2: bad config or usage, 1: failure at run time).
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/Capture.h"
 #include "core/Communicator.h"
 #include "core/Device.h"
 #include "core/Error.h"
@@ -38,6 +40,7 @@
 #include "models/TorchScript.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
+#include "partition/Profiler.h"
 
 namespace fs = std::filesystem;
 

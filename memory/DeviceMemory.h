@@ -10,7 +10,10 @@
 // memory), so an allocation beyond it fails with CUDA's out-of-memory error.
 #pragma once
 
-#include <torch/torch.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
 
 #include "memory/CountingAllocator.h"
 

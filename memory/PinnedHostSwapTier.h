@@ -18,7 +18,7 @@
 //   Swap: the transfer guard counts them as the swap tier's.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 
@@ -50,7 +50,7 @@ class PinnedHostSwapTier final : public SwapTier {
   struct Impl;
   c10::Device device_;
   std::unique_ptr<Impl> impl_;
-  std::map<int64_t, torch::Tensor> blocks_;  // location -> pinned host block
+  std::map<int64_t, at::Tensor> blocks_;  // location -> pinned host block
   int64_t next_ = 0, hostBytes_ = 0;
 };
 

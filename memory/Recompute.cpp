@@ -10,6 +10,7 @@
 
 #include "core/Tensors.h"
 #include "core/Error.h"
+#include "core/Capture.h"
 #include "core/OpGraph.h"
 #include "core/RandomStream.h"
 #include "memory/SavedRecord.h"

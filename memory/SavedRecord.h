@@ -3,7 +3,6 @@
 // recompute segment's captured inputs.
 #pragma once
 
-#include <torch/torch.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include <atomic>
@@ -40,7 +39,7 @@ struct Context {
   const NodeProgram* program = nullptr;
   std::vector<int> nodeIndex;               // position -> OpGraph index (-1: none)
   std::unordered_map<int, int> positionOf;  // OpGraph index -> position
-  std::vector<torch::Tensor> params;
+  std::vector<at::Tensor> params;
   std::unordered_set<const c10::StorageImpl*> paramStorages;
   MemoryPlan plan;
   std::map<StorageKey, int> decisionOf;           // key -> index into plan.decisions

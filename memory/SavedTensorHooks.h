@@ -29,7 +29,6 @@
 //   counter.bytes();                      // a.nbytes() + b.nbytes()
 #pragma once
 
-#include <torch/torch.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include <functional>
@@ -81,7 +80,7 @@ class SavedBytesCounter {
  public:
   HooksFactory factory();
   // Storages never counted (e.g. the parameters' own storages).
-  void exclude(const torch::Tensor& tensor);
+  void exclude(const at::Tensor& tensor);
   int64_t bytes() const;
   int64_t packs() const;
   int64_t unpacks() const;
@@ -110,11 +109,11 @@ class SavedBytesCounter {
 class LiveSavedBytes {
  public:
   HooksFactory factory();
-  void exclude(const torch::Tensor& tensor);  // e.g. parameters
+  void exclude(const at::Tensor& tensor);  // e.g. parameters
   // Counts the tensor's storage again (after exclude): for storages excluded
   // while one forward packs them, e.g. a stage's inputs. Call it while the
   // storage is still alive, so that a later storage at its address counts.
-  void include(const torch::Tensor& tensor);
+  void include(const at::Tensor& tensor);
   int64_t bytes() const;
   int64_t peakBytes() const;
   void resetPeak();

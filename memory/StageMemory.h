@@ -56,7 +56,7 @@
 // rebuilt there, under the forward's random key as always.
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <memory>
@@ -103,13 +103,13 @@ class StageMemory : public NodeObserver {
  public:
   // nodeIndex: OpGraph index of each program position (-1: not an OpGraph node).
   // params: the stage's parameters and buffers (their storages are always kept).
-  StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
+  StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<at::Tensor>& params,
               StageMemoryOptions options);
   ~StageMemory() override;
   StageMemory(const StageMemory&) = delete;
   StageMemory& operator=(const StageMemory&) = delete;
 
-  void beginForward(int microBatch, const std::vector<torch::Tensor>& boundaryInputs);
+  void beginForward(int microBatch, const std::vector<at::Tensor>& boundaryInputs);
   HooksFactory hooks();
   void endForward();
   // Queues reads of this micro-batch's swapped storages (last saved first)

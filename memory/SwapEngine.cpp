@@ -1,6 +1,6 @@
 #include "memory/SwapEngine.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <chrono>

@@ -14,7 +14,7 @@
 #include "core/Bytes.h"
 #include "core/Error.h"
 
-#include <torch/torch.h>
+#include <torch/types.h>
 #if SLUICE_CUDA
 #include "memory/PinnedHostSwapTier.h"
 #endif

@@ -5,7 +5,10 @@
 // num_batches_tracked are buffers), head.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
 
 #include <vector>
 

@@ -34,7 +34,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <memory>
 #include <string>

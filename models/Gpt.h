@@ -15,7 +15,10 @@
 //   auto logits = gpt->forward(tokens);   // tokens: int64 [B, T], T <= o.blockSize
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 
 namespace sluice::models {
 

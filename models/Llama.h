@@ -21,7 +21,9 @@
 //   auto logits = llama->forward(tokens);   // tokens: int64 [B, T], T <= o.blockSize
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 
 namespace sluice::models {
 

@@ -2,7 +2,8 @@
 // then a Linear to `classes` logits. Module paths: layers.<i>, head.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/linear.h>
 
 namespace sluice::models {
 

@@ -22,7 +22,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <memory>
@@ -33,7 +33,7 @@ namespace sluice::models {
 struct Pt2Archive {
   std::string path;
   std::shared_ptr<const nlohmann::json> program;   // models/model.json
-  std::map<std::string, torch::Tensor> tensors;    // weights and constants by FQN
+  std::map<std::string, at::Tensor> tensors;    // weights and constants by FQN
 };
 
 Pt2Archive readPt2(const std::string& path);

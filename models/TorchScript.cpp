@@ -1,6 +1,7 @@
 #include "models/TorchScript.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/script.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -230,5 +231,7 @@ void exportModule(const std::string& source, const std::map<std::string, torch::
   }
   std::filesystem::rename(tmp, out);
 }
+
+void TorchScriptModel::setTraining(bool on) { module_->train(on); }
 
 }  // namespace sluice::models

@@ -21,13 +21,16 @@
 //   then rename), so torch.jit.load in Python reads the trained model.
 #pragma once
 
-#include <torch/script.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
 
 namespace sluice::models {
 
@@ -40,7 +43,7 @@ class TorchScriptModel {
   std::shared_ptr<torch::nn::Module> holder() const { return holder_; }
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs);
   // Training (the default after load) or eval mode, recursively.
-  void setTraining(bool on) { module_->train(on); }
+  void setTraining(bool on);
   const std::string& path() const { return path_; }
 
  private:

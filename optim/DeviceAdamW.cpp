@@ -1,4 +1,5 @@
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
 
 #include <cmath>
 

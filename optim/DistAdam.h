@@ -60,7 +60,7 @@
 //   opt.step();        // reduce-scatter, update shard, all-gather
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
 
 #include <deque>
 #include <memory>
@@ -81,12 +81,12 @@ class DistAdam : public torch::optim::Optimizer {
   // expectedRanks > 0: the communicator must have exactly that many ranks.
   // bucketBytes: the cap on a bucket's gradient bytes (float32).
   static constexpr int64_t kDefaultBucketBytes = 25ll << 20;
-  DistAdam(std::vector<torch::Tensor> params, Communicator comm, torch::optim::AdamWOptions options = {},
+  DistAdam(std::vector<at::Tensor> params, Communicator comm, torch::optim::AdamWOptions options = {},
            DistAdamMode mode = DistAdamMode::AfterBackward, int expectedRanks = 0,
            int64_t bucketBytes = kDefaultBucketBytes);
   ~DistAdam() override;
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+  at::Tensor step(LossClosure closure = nullptr) override;
   // Hides Optimizer::zero_grad (not virtual): zeroes the buckets in place and
   // also forgets pending accumulation counts and reductions of an abandoned
   // step. Through a base pointer use optim::zeroGradients (OptimizerState.h):
@@ -102,8 +102,8 @@ class DistAdam : public torch::optim::Optimizer {
   // gradient, the others nothing); globalIndex[i] < 0 leaves parameter i out.
   // scaleGradients: this rank's averaged gradient elements times `factor` (a
   // float32 scalar on the parameters' device), before step() updates them.
-  torch::Tensor gradSquares(const std::vector<int64_t>& globalIndex, int64_t total);
-  void scaleGradients(const torch::Tensor& factor);
+  at::Tensor gradSquares(const std::vector<int64_t>& globalIndex, int64_t total);
+  void scaleGradients(const at::Tensor& factor);
 
   // Backward passes (micro-batches) per step; the reduce-scatter starts on the last.
   void setAccumulationSteps(int steps);
@@ -140,7 +140,7 @@ class DistAdam : public torch::optim::Optimizer {
   // and the step count. fullState() is collective (it all-gathers the shards);
   // setFullState() takes this rank's shard of each.
   struct FullState {
-    torch::Tensor expAvg, expAvgSq;
+    at::Tensor expAvg, expAvgSq;
     int64_t step = 0;
   };
   std::vector<FullState> fullState();
@@ -162,7 +162,7 @@ class DistAdam : public torch::optim::Optimizer {
   bool gathers() const { return sharded() && comm_.size() > 1; }      // shards to reduce-scatter and gather
 
   Communicator comm_;
-  torch::TensorOptions options_;  // the parameters' (float32, their device)
+  c10::TensorOptions options_;  // the parameters' (float32, their device)
   DistAdamMode mode_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<Bucket>> buckets_;

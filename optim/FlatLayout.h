@@ -13,6 +13,7 @@
 // element counts.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -28,7 +28,7 @@
 // finishes its reductions in it); OptimError for another optimizer.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include <vector>
 
@@ -45,7 +45,7 @@ class GradClip {
   // Collective over every communicator of `groups` (all ranks of each call
   // it, in the same order). Returns the global norm: a float64 scalar on the
   // parameters' device.
-  torch::Tensor apply(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
+  at::Tensor apply(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                       const std::vector<const Communicator*>& groups) const;
 
   double maxNorm() const { return maxNorm_; }

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include "optim/OptimizerChoices.h"
 

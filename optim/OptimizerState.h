@@ -10,19 +10,19 @@
 // Throws OptimError for another optimizer or mismatched shapes.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
 
 #include <vector>
 
 namespace sluice::optim {
 
 struct AdamState {
-  torch::Tensor expAvg, expAvgSq;  // parameter-shaped; undefined: no state yet
+  at::Tensor expAvg, expAvgSq;  // parameter-shaped; undefined: no state yet
   int64_t step = 0;
 };
 
-std::vector<AdamState> adamState(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params);
-void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
+std::vector<AdamState> adamState(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params);
+void setAdamState(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
                   const std::vector<AdamState>& state);
 
 // Zeroes every gradient in place, never setting it to none (LibTorch 2.x's
@@ -36,7 +36,7 @@ void zeroGradients(torch::optim::Optimizer& optimizer);
 // the parameters' device, or a number): DistAdam's reduced shards (it
 // finishes its reductions first), else each parameter's gradient. Reads
 // nothing on the host. Clipping and fp16 unscaling both go through it.
-void scaleGradients(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& params,
-                    const torch::Tensor& factor);
+void scaleGradients(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params,
+                    const at::Tensor& factor);
 
 }  // namespace sluice::optim

@@ -13,7 +13,7 @@
 // communicator; the others are local.
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
 
 #include <memory>
 #include <string>
@@ -53,7 +53,7 @@ class TrainingOptimizer {
 };
 
 std::unique_ptr<TrainingOptimizer> makeTrainingOptimizer(const OptimizerOptions& options,
-                                                         const std::vector<torch::Tensor>& params,
+                                                         const std::vector<at::Tensor>& params,
                                                          const Communicator& dataParallel);
 
 }  // namespace sluice::optim

@@ -34,7 +34,7 @@
 // micro-batch after a step's first does).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <vector>
@@ -60,7 +60,7 @@ struct Interval {
 // last: to its own end). Note [time until the next start].
 std::vector<double> secondsUntilNextStart(const std::vector<Interval>& intervals);
 
-using LossFunction = std::function<torch::Tensor(const torch::Tensor&)>;
+using LossFunction = std::function<at::Tensor(const at::Tensor&)>;
 
 // inputs: one tensor per graph input, in graph input order; nodeParamBytes:
 // per OpGraph node, the parameter bytes it is first to read
@@ -68,7 +68,7 @@ using LossFunction = std::function<torch::Tensor(const torch::Tensor&)>;
 // output inside each pass, as the last stage does; the backward then starts
 // from it, and the loss's own times come out like a node's (its backward
 // functions are those made after the graph's forward).
-ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
+ContextTimes timeInContext(const OpGraph& g, const std::vector<at::Tensor>& inputs,
                            const std::vector<int64_t>& nodeParamBytes, int warmup, int iterations,
                            const LossFunction& loss = {});
 

@@ -1,5 +1,7 @@
 #include "partition/Profile.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -10,6 +12,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "partition/Profiler.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/SystemInfo.h"

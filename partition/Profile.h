@@ -1,6 +1,7 @@
-// partition::Profile: what the partitioner knows about a graph and a machine.
+// partition::Profile: what the partitioner knows about a graph and a machine
+// (torch-free: the partitioner reads it; partition/Profiler.h makes it).
 //
-// profileGraph() runs the graph node by node through the dispatcher. Each
+// profileGraph() (Profiler.h) runs the graph node by node through the dispatcher. Each
 // node runs on detached copies of its inputs (leaves), so its forward and its
 // backward (torch::autograd::grad of its outputs w.r.t. those leaves) are
 // timed alone; times are medians over `iterations` runs after `warmup` runs.
@@ -21,13 +22,11 @@
 // compute load runs while a thread swaps beside it (per byte swapped).
 #pragma once
 
-#include <functional>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/Communicator.h"
-#include "core/OpGraph.h"
 #include "memory/MemoryFacts.h"
 
 namespace sluice::partition {
@@ -93,37 +92,5 @@ struct Profile {
   static Profile load(const std::string& path, const std::string& expectedHash = "");
   std::string summary(int topNodes = 12) const;  // a table a person can read
 };
-
-struct ProfileOptions {
-  int warmup = 3;
-  int iterations = 15;
-  // Node times from whole forward and backward passes (ContextTiming.h) rather
-  // than from each node run alone; the isolated pass still gives the memory
-  // facts and each node's weight-gradient share.
-  bool inContext = true;
-  // The loss on the graph's first output (optional): with inContext, timed
-  // inside the passes too, giving Profile::loss{Forward,Backward}Seconds.
-  std::function<torch::Tensor(const torch::Tensor&)> loss;
-  // Ranks profiling at once: called right before the whole passes (a barrier),
-  // so that every rank's passes run beside the others' passes, as training's
-  // stages run beside each other, and not beside their isolated timing or
-  // nothing (unaligned, one profile's ranks differed by 15%).
-  std::function<void()> startTogether;
-};
-
-// inputs: one tensor per graph input, in graph input order (data, params, buffers).
-Profile profileGraph(const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options = {});
-struct LossProfile {
-  double forwardSeconds = 0, backwardSeconds = 0;  // medians
-  int64_t savedBytes = 0, workspaceBytes = 0;
-};
-// loss(output) with output made a leaf: times, saved bytes and workspace.
-LossProfile profileLoss(const std::function<torch::Tensor(const torch::Tensor&)>& loss, const torch::Tensor& output,
-                        const ProfileOptions& options = {});
-// Averages node and loss times over the ranks of comm (collective; every rank
-// must have profiled the same graph). Profiling on every rank at once loads the
-// machine as training does (shared caches, memory bandwidth, clock boost).
-void averageOverRanks(Profile& profile, const Communicator& comm);
-MachineProfile measureMachine(const Communicator& comm, const std::string& dir);
 
 }  // namespace sluice::partition

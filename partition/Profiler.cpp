@@ -1,4 +1,5 @@
 // profileGraph(): see Profile.h.
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "memory/StageMemory.h"
 #include "partition/ContextTiming.h"
 #include "partition/Profile.h"
+#include "partition/Profiler.h"
 #include "partition/Timing.h"
 
 namespace sluice::partition {

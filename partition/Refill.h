@@ -52,13 +52,14 @@
 // profile's times (8 on the GPTs of bench/partition: about 4 s).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <vector>
 
 #include "core/Communicator.h"
 #include "core/OpGraph.h"
 #include "partition/Profile.h"
+#include "partition/Profiler.h"
 
 namespace sluice::partition {
 
@@ -71,7 +72,7 @@ struct RefillOptions {
 };
 
 // inputs: one tensor per graph input, in graph input order (as profileGraph).
-RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tensor>& inputs, const Profile& profile,
+RefillProfile measureRefill(const OpGraph& graph, const std::vector<at::Tensor>& inputs, const Profile& profile,
                             const Communicator& comm, const RefillOptions& options = {});
 
 // The cuts measureRefill uses: up to `pieces` - 1 valid cuts splitting the

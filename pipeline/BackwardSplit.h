@@ -33,7 +33,7 @@
 // (Note [split backward memory], memory/StageMemory.h).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <torch/csrc/autograd/edge.h>
 
@@ -47,14 +47,14 @@ class BackwardSplit {
   // autograd; inputs: the boundary inputs (leaves; those not requiring grad
   // are skipped). Returns one gradient per input (undefined where none
   // reached it). Call once.
-  std::vector<torch::Tensor> runInput(const torch::autograd::edge_list& roots, const std::vector<torch::Tensor>& grads,
-                                      const std::vector<torch::Tensor>& inputs);
+  std::vector<at::Tensor> runInput(const torch::autograd::edge_list& roots, const std::vector<at::Tensor>& grads,
+                                      const std::vector<at::Tensor>& inputs);
   // Accumulates the parameters' gradients; after runInput, once.
   void runWeight();
 
  private:
   torch::autograd::edge_list weightRoots_;
-  std::vector<torch::Tensor> weightGrads_;
+  std::vector<at::Tensor> weightGrads_;
 };
 
 }  // namespace sluice::pipeline

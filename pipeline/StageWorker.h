@@ -54,7 +54,8 @@
 //   the action (CommActivity).
 #pragma once
 
-#include <torch/torch.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/optim/optimizer.h>
 
 #include <functional>
 #include <optional>
@@ -73,14 +74,14 @@
 namespace sluice::pipeline {
 
 struct MicroBatch {
-  torch::Tensor input;   // read by stage 0
-  torch::Tensor target;  // read by the last stage (and by stage 0 when the graph takes it as a second data input)
+  at::Tensor input;   // read by stage 0
+  at::Tensor target;  // read by the last stage (and by stage 0 when the graph takes it as a second data input)
   // The key of its random nodes' draws (Note [random streams]); microBatch -1:
   // its index in the step's list.
   RandomKey random;
 };
 
-using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 
 // Sums of a forward-only pass (last stage; zeros elsewhere): loss summed
 // over samples (mean loss x rows per micro-batch), correct argmax
@@ -102,7 +103,7 @@ class StageWorker {
   // the contract (required when the schedule puts several stages on a rank).
   // device: where the stage runs; its parameters must be there, and what it
   // receives from its neighbours is placed there.
-  StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm, Schedule schedule,
+  StageWorker(StageGraph stage, std::vector<at::Tensor> params, Communicator pipelineComm, Schedule schedule,
               LossFn lossFn, ExecMode mode = ExecMode::Eager, std::vector<Communicator> boundaryComms = {},
               c10::Device device = c10::Device(c10::kCPU));
   ~StageWorker();
@@ -131,7 +132,7 @@ class StageWorker {
 
   // One step's forwards and backwards (no optimizer step; see trainStep).
   // The schedule must put only this stage on its rank (else use runStep).
-  torch::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
+  at::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
 
   // The step protocol runStep() drives: beginStep, then for every action of
   // this stage in its rank's order postReceives (ahead of time, any number of
@@ -147,9 +148,9 @@ class StageWorker {
   bool swaps() const;  // the stage's memory plan swaps something
   void prefetch(const Action& a);
   void reapSends();
-  torch::Tensor endStep();
+  at::Tensor endStep();
   // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
-  torch::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
+  at::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
 
   // Forward only, no autograd graph, no saved tensors: one micro-batch,
   // received from the previous stage (blocking) and sent to the next without
@@ -164,7 +165,7 @@ class StageWorker {
   void evaluateMicroBatch(const MicroBatch& data, int microBatch, bool classifier, EvalSums& sums);
 
   // Parameters (not buffers) this stage updates, each tensor once.
-  std::vector<torch::Tensor> trainableParameters() const;
+  std::vector<at::Tensor> trainableParameters() const;
   // Note [reader gradients] (RankWorker.h): from the next step on, the
   // parameter entries marked here (indices into stage().paramInputs) enter
   // each step's forwards as a leaf of their own (the parameter's storage,
@@ -172,8 +173,8 @@ class StageWorker {
   // parameter's .grad; readerLeaves() gives (parameter, this step's leaf)
   // for the marked entries, in entry order, after the step.
   void setReaderLeaves(std::vector<char> marked);
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> readerLeaves() const;
-  const std::vector<torch::Tensor>& parameterEntries() const { return params_; }
+  std::vector<std::pair<at::Tensor, at::Tensor>> readerLeaves() const;
+  const std::vector<at::Tensor>& parameterEntries() const { return params_; }
   const StageGraph& stage() const { return stage_; }
   const StageModule& module() const { return module_; }
   const ComputeTimes& computeTimes() const { return times_; }
@@ -191,18 +192,18 @@ class StageWorker {
   // A boundary message's tag: activations and gradients apart, as on zbv's
   // self-boundary both go from the rank to itself on one communicator.
   int tag(int microBatch, int value, size_t count, bool gradient) const;
-  std::vector<torch::Tensor> firstStageInputs(const MicroBatch& data) const;
-  void forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum);
+  std::vector<at::Tensor> firstStageInputs(const MicroBatch& data) const;
+  void forward(int mb, InFlight& st, const MicroBatch& data, at::Tensor& lossSum);
   void backward(int mb, InFlight& st);
   void backwardInput(int mb, InFlight& st, bool weightNext);
   void backwardWeight(int mb, InFlight& st);
   bool inputHalfReads() const;  // some input needs a gradient
-  std::pair<torch::autograd::edge_list, std::vector<torch::Tensor>> backwardRoots(InFlight& st) const;
+  std::pair<torch::autograd::edge_list, std::vector<at::Tensor>> backwardRoots(InFlight& st) const;
 
   StageGraph stage_;
-  std::vector<torch::Tensor> params_;
+  std::vector<at::Tensor> params_;
   std::vector<char> readerLeaf_;             // per params_ entry: a leaf of its own each step
-  std::vector<torch::Tensor> stepParams_;    // this step's: params_, with those leaves
+  std::vector<at::Tensor> stepParams_;    // this step's: params_, with those leaves
   c10::Device device_;
   Communicator comm_;
   Communicator prevComm_, nextComm_;  // to the previous / next stage (comm_ unless interleaved)
@@ -218,21 +219,21 @@ class StageWorker {
   std::vector<Work> sends_;
   std::vector<InFlight> state_;  // per micro-batch, during a step
   const std::vector<MicroBatch>* microBatches_ = nullptr;
-  torch::Tensor lossSum_;
+  at::Tensor lossSum_;
   std::function<void(int)> forwardHook_;
   TraceRecorder* trace_ = nullptr;
   double lossScale_ = 1;
   std::optional<c10::ScalarType> boundaryType_;
   c10::ScalarType wireType(c10::ScalarType graphType) const;
-  torch::Tensor toWire(const torch::Tensor& t) const;
-  torch::Tensor fromWire(const torch::Tensor& t, const ValueInfo& v) const;
+  at::Tensor toWire(const at::Tensor& t) const;
+  at::Tensor fromWire(const at::Tensor& t, const ValueInfo& v) const;
 };
 
 // One optimizer step of every stage this rank hosts (all of them, each once;
 // same schedule), in the schedule's order for this rank. Before each compute
 // action it posts the receives needed up to the next compute action (of any
 // of its stages). Returns the loss (the last stage's), undefined elsewhere.
-torch::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches);
+at::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches);
 
 // The per-boundary communicators of a schedule that puts several stages on a
 // rank (one duplicate of `pipeline` per boundary between consecutive

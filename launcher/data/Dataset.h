@@ -5,7 +5,7 @@
 // reproducible across stage counts and schedules (the correctness contract).
 #pragma once
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <memory>
 #include <string>
@@ -14,8 +14,8 @@
 namespace sluice::data {
 
 struct Batch {
-  torch::Tensor input;   // gpt: int64 [B, T] tokens; mlp: float [B, D]
-  torch::Tensor target;  // gpt: int64 [B, T] next tokens; mlp: int64 [B]
+  at::Tensor input;   // gpt: int64 [B, T] tokens; mlp: float [B, D]
+  at::Tensor target;  // gpt: int64 [B, T] next tokens; mlp: int64 [B]
 };
 
 class Dataset {
@@ -40,7 +40,7 @@ class TextDataset : public Dataset {
   const std::vector<std::string>& files() const { return files_; }
 
  private:
-  torch::Tensor bytes_;  // uint8 [N]
+  at::Tensor bytes_;  // uint8 [N]
   std::vector<std::string> files_;
   int64_t seqLen_, seed_;
   std::string path_;
@@ -65,7 +65,7 @@ class SyntheticClassification : public Dataset {
   std::string describe() const override;
 
  private:
-  torch::Tensor teacher_;
+  at::Tensor teacher_;
   int64_t inputDim_, classes_, seed_;
 };
 
