@@ -61,7 +61,8 @@ class WithLoss(nn.Module):
         return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), targets.reshape(-1))
 
 
-def main():
+def main(argv=None):
+    """Writes one model: argv as on the command line (None: sys.argv[1:])."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="where to write the TorchScript file")
     p.add_argument("--model", choices=["transformer", "cnn"], default="transformer")
@@ -73,7 +74,7 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tie", action="store_true", help="transformer: the head's weight is the token embedding's")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     torch.manual_seed(a.seed)
     if a.model == "cnn":
         model, what = SmallCnn(a.channels), "input images [batch, 1, 28, 28] float32"

@@ -52,7 +52,8 @@ def build(a):
     return model
 
 
-def main():
+def main(argv=None):
+    """Exports one model: argv as on the command line (None: sys.argv[1:])."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
     p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
@@ -64,7 +65,7 @@ def main():
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--tie", action=argparse.BooleanOptionalAction, default=None,
                    help="tie the output projection to the token embedding (default: gpt2 tied, llama not)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     model = build(a)
     model.train()
     ids = torch.randint(0, model.config.vocab_size, (a.batch, a.block))

@@ -11,17 +11,22 @@ source "$(dirname "$0")/lib.sh"
 cfg="$ROOT/configs/quickstart.yaml"
 # Dropout on: a restart and a resume into another layout continue the same
 # draws (Note [random streams]).
-small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
-       --set logging.interval=1 --set training.steps=150 --set model.dropout=0.1)
+# Every run plans from one shared profile (lib.sh shared_profile; pipeline.profile), as
+# a job profiling at start-up would: restarts and resumes must find the plan in the checkpoint.
+small=("${SMALL[@]}" --set logging.interval=1 --set training.steps=150 --set model.dropout=0.1
+       --set pipeline.profile="$(shared_profile small_dropout)")
 N=150  # steps: enough (about 2 s) for a SIGTERM to arrive mid-run
+S=12   # steps of the short reference: what a kill, a torn save or another layout needs
 train() {
   local name=$1; shift
   timeout 300 "$SLUICE" train "$cfg" "${small[@]}" --set job.output_dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1
 }
 steps() { losses "$TMP/$1/metrics.jsonl" | wc -l; }
-# same A B: bitwise-equal per-step losses, all N steps.
+# same REF RUN: bitwise-equal per-step losses, all of REF's steps.
 same() {
-  [ "$(steps "$1")" -eq $N ] && [ "$(steps "$2")" -eq $N ] || fail "$1/$2: expected $N steps, got $(steps "$1") and $(steps "$2")"
+  local n
+  n=$(steps "$1")
+  [ "$n" -gt 0 ] && [ "$(steps "$2")" -eq "$n" ] || fail "$1/$2: expected $n steps, got $(steps "$1") and $(steps "$2")"
   cmp -s <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl") ||
     { paste <(losses "$TMP/$1/metrics.jsonl") <(losses "$TMP/$2/metrics.jsonl"); fail "losses of $1 and $2 differ"; }
 }
@@ -41,18 +46,21 @@ close() {
     fail "losses of $1 and $2 differ beyond 1e-6"
 }
 
-# The reference: N steps, no interruption (2 stages, cuts from the profile).
+# The references, no interruption (2 stages, cuts from the plan): N steps for the
+# signals below, S steps for the kills and the other layouts (a checkpoint does
+# not change the losses: Note [random streams]).
 train straight || { cat "$TMP/straight.log"; fail "straight run failed"; }
+train short --set training.steps=$S || { cat "$TMP/short.log"; fail "short run failed"; }
 
 # kill -9 of rank 1 at step 7 with max_restarts 1 and a checkpoint every 5 steps.
-SLUICE_FAULT=kill:rank=1:step=7 train killed --set checkpoint.interval=5 --set cluster.max_restarts=1 ||
+SLUICE_FAULT=kill:rank=1:step=7 train killed --set training.steps=$S --set checkpoint.interval=5 --set cluster.max_restarts=1 ||
   { cat "$TMP/killed.log"; fail "killed run did not complete after its restart"; }
 grep -q "sluice: restart 1 of 1 from the latest checkpoint after: rank 1 on .* died on signal 9" "$TMP/killed.log" ||
   { cat "$TMP/killed.log"; fail "the restart was not logged with its cause"; }
 grep -q "resumed from .*step_00000005 at step 5 (same layout: exact)" "$TMP/killed.log" || fail "did not resume at step 5"
 grep -q "plan: the one saved with" "$TMP/killed.log" || fail "the restart planned anew instead of reusing the plan"
-same straight killed
-echo "ok: kill -9 of rank 1 at step 7, restarted from step 5: $N losses bitwise equal to the uninterrupted run"
+same short killed
+echo "ok: kill -9 of rank 1 at step 7, restarted from step 5: $S losses bitwise equal to the uninterrupted run"
 
 # SIGTERM, or Ctrl-C (SIGINT), to `sluice train`: the ranks finish their step,
 # checkpoint and exit 0; resuming is bitwise exact.
@@ -109,43 +117,44 @@ echo "ok: kill -9 of the launcher: mpirun and the ranks gone within 10 s"
 
 # A kill (-9) while the checkpoint of step 8 is written: step 4's stays the latest and loads.
 rc=0
-SLUICE_FAULT=kill_in_checkpoint:rank=1:step=8 train torn --set checkpoint.interval=4 || rc=$?
+SLUICE_FAULT=kill_in_checkpoint:rank=1:step=8 train torn --set training.steps=$S --set checkpoint.interval=4 || rc=$?
 [ "$rc" -ne 0 ] || fail "kill during a save: exit 0"
 [ "$(cat "$TMP/torn/checkpoints/latest")" = "step_00000004" ] || fail "latest moved to an incomplete checkpoint"
 [ ! -e "$TMP/torn/checkpoints/step_00000008/manifest.yaml" ] || fail "the torn checkpoint has a manifest"
 ck4="$TMP/ck4" && cp -r "$TMP/torn/checkpoints/step_00000004" "$ck4"  # for the layout tests below (keep_latest_k removes it)
-train torn --set checkpoint.interval=4 || { cat "$TMP/torn.log"; fail "resume after a torn save failed"; }
+train torn --set training.steps=$S --set checkpoint.interval=4 || { cat "$TMP/torn.log"; fail "resume after a torn save failed"; }
 grep -q "resumed from .*step_00000004 at step 4" "$TMP/torn/logs/rank_0.log" || fail "did not resume from step 4"
-same straight torn
+same short torn
 echo "ok: killed while saving step 8: step 4's checkpoint stays latest and resumes bitwise"
 
 # Another layout: 2 stages -> 1 stage, from step 4 of the torn run.
-train one --set pipeline.stages=1 --set checkpoint.resume="$ck4" || { cat "$TMP/one.log"; fail "2 -> 1 stage failed"; }
+train one --set pipeline.stages=1 --set training.steps=$S --set checkpoint.resume="$ck4" ||
+  { cat "$TMP/one.log"; fail "2 -> 1 stage failed"; }
 grep -q "another layout: stages 2 x data_parallel 1 before" "$TMP/one/logs/rank_0.log" || fail "2 -> 1: not resumed"
-[ "$(steps one)" -eq $((N - 4)) ] || fail "2 -> 1: expected steps 4..$((N - 1)), got $(steps one) lines"
-close straight one
+[ "$(steps one)" -eq $((S - 4)) ] || fail "2 -> 1: expected steps 4..$((S - 1)), got $(steps one) lines"
+close short one
 echo "ok: a 2-stage checkpoint resumes on 1 stage"
 
 # Interleaved (2 ranks x 2 stages each, 4 pieces) from the 2-stage checkpoint of step 4, and
-# its own checkpoint of step 75 (each rank's file holds both its stages) on 1 stage.
-train inter --set pipeline.schedule=interleaved --set checkpoint.interval=75 --set checkpoint.resume="$ck4" ||
-  { cat "$TMP/inter.log"; fail "2 stages -> interleaved 2 x 2 failed"; }
+# its own checkpoint of step 8 (each rank's file holds both its stages) on 1 stage.
+train inter --set pipeline.schedule=interleaved --set training.steps=$S --set checkpoint.interval=8 \
+  --set checkpoint.resume="$ck4" || { cat "$TMP/inter.log"; fail "2 stages -> interleaved 2 x 2 failed"; }
 grep -q "another layout: stages 2 x data_parallel 1 before" "$TMP/inter/logs/rank_0.log" || fail "-> interleaved: not resumed"
-close straight inter
-train inter_one --set pipeline.stages=1 --set checkpoint.resume="$TMP/inter/checkpoints/step_00000075" ||
+close short inter
+train inter_one --set pipeline.stages=1 --set training.steps=$S --set checkpoint.resume="$TMP/inter/checkpoints/step_00000008" ||
   { cat "$TMP/inter_one.log"; fail "interleaved -> 1 stage failed"; }
-[ "$(steps inter_one)" -eq $((N - 75)) ] || fail "interleaved -> 1: expected steps 75..$((N - 1)), got $(steps inter_one)"
-close straight inter_one
+[ "$(steps inter_one)" -eq $((S - 8)) ] || fail "interleaved -> 1: expected steps 8..$((S - 1)), got $(steps inter_one)"
+close short inter_one
 echo "ok: a 2-stage checkpoint resumes interleaved (2 x 2), and an interleaved one on 1 stage"
 
 # 1 stage x 2 replicas (DistAdam) -> 2 stages x 1 (DistAdam): the sharded state regathered and resharded.
 dist=(--set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks)
 train dp2 "${dist[@]}" --set pipeline.stages=1 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
-  --set checkpoint.interval=75 || { cat "$TMP/dp2.log"; fail "1x2 run failed"; }
-train pp2 "${dist[@]}" --set pipeline.stages=2 \
-  --set checkpoint.resume="$TMP/dp2/checkpoints/step_00000075" || { cat "$TMP/pp2.log"; fail "1x2 -> 2x1 failed"; }
+  --set training.steps=$S --set checkpoint.interval=6 || { cat "$TMP/dp2.log"; fail "1x2 run failed"; }
+train pp2 "${dist[@]}" --set pipeline.stages=2 --set training.steps=$S \
+  --set checkpoint.resume="$TMP/dp2/checkpoints/step_00000006" || { cat "$TMP/pp2.log"; fail "1x2 -> 2x1 failed"; }
 grep -q "another layout: stages 1 x data_parallel 2 before" "$TMP/pp2/logs/rank_0.log" || fail "1x2 -> 2x1: not resumed"
-[ "$(steps pp2)" -eq $((N - 75)) ] || fail "1x2 -> 2x1: expected steps 75..$((N - 1)), got $(steps pp2) lines"
+[ "$(steps pp2)" -eq $((S - 6)) ] || fail "1x2 -> 2x1: expected steps 6..$((S - 1)), got $(steps pp2) lines"
 close dp2 pp2
 echo "ok: a 1x2 DistAdam checkpoint resumes on 2x1"
 

@@ -7,13 +7,15 @@
 # ends every rank too. Each run is bounded by
 # `timeout` so that a hang fails the test instead of stalling CI.
 source "$(dirname "$0")/lib.sh"
-small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
-       --set logging.interval=1 --set training.steps=6)
+small=("${SMALL[@]}" --set logging.interval=1 --set training.steps=6)
+# The training runs plan from a shared profile (lib.sh shared_profile); the
+# profile faults below profile (without timing the swap tier, which comes before the fault).
+planned=(--set pipeline.profile="$(shared_profile small)")
 
 # run NAME [--set ...]: the job, each output line prefixed with the second it was printed.
 run() {
   local name=$1; shift
-  timeout 120 "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" "$@" 2>&1 |
+  timeout 120 "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" "${planned[@]}" --set job.output_dir="$TMP/$name" "$@" 2>&1 |
     while IFS= read -r line; do echo "$(date +%s) $line"; done >"$TMP/$name.log"
   return "${PIPESTATUS[0]}"
 }
@@ -91,8 +93,8 @@ profile_run() {
   local name=$1 cmd=$2; shift 2
   local out=()
   [ "$cmd" = profile ] && out=(-o "$TMP/$name.pb")
-  timeout 120 "$SLUICE" "$cmd" "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" \
-    "${out[@]}" "$@" >"$TMP/$name.log" 2>&1
+  timeout 120 "$SLUICE" "$cmd" "$ROOT/configs/quickstart.yaml" "${small[@]}" --set memory.swap=false \
+    --set job.output_dir="$TMP/$name" "${out[@]}" "$@" >"$TMP/$name.log" 2>&1
 }
 check_profile_fault() {  # NAME EXIT MESSAGE_REGEX
   [ "$2" -ne 0 ] && [ "$2" -ne 124 ] || { cat "$TMP/$1.log"; fail "$1: exit $2"; }

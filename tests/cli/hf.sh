@@ -18,19 +18,44 @@
 # contract's condition, docs/architecture.md) and 2 x 2 replicas within
 # rounding. Then the refusals: a clear message, a non-zero exit, nothing
 # written.
+# PyTorch runs in two processes (importing transformers takes seconds):
+# one exports every model first, one runs both references after Sluice's runs.
 source "$(dirname "$0")/lib.sh"
-"$PY" -c "import transformers" 2>/dev/null || fail "transformers for $PY is needed (scripts/setup.sh installs it)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
 TEXT=/usr/share/games/fortunes/fortunes
 BLOCK=32 SEED=7 STEPS=10 LR=0.002 WD=0.01
-export_hf() {  # export_hf DIR [flags...]: models/export_hf.py into $TMP/DIR
-  local dir=$1
-  shift
-  "$PY" "$ROOT/models/export_hf.py" "$TMP/$dir" --vocab 256 --block $BLOCK --embd 32 --layers 2 --heads 4 --batch 2 "$@" \
-    >"$TMP/$dir.export.log" 2>&1 || { cat "$TMP/$dir.export.log"; fail "export_hf.py $dir"; }
-}
-export_hf gpt2 --arch gpt2
-export_hf llama --arch llama --kv-heads 2 --ffn 64 --tie
+# The models (models/export_hf.py): GPT-2, Llama, GPT-2 with dropout; and programs Sluice must
+# refuse (TorchScript compiles from source files, so their modules are written to one first).
+cat >"$TMP/bad_programs.py" <<'PY'
+import torch
+class Emb(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 256)
+    def forward(self, ids):
+        return self.emb(ids)
+class Branchy(Emb):
+    def forward(self, ids):
+        x = self.emb(ids)
+        return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x * 3, (x,))
+PY
+"$PY" - "$ROOT/models" "$TMP" $BLOCK >"$TMP/export.log" 2>&1 <<'PY' ||
+import sys
+import torch
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import export_hf
+from bad_programs import Branchy, Emb
+d, sizes = sys.argv[2], ["--vocab", "256", "--block", sys.argv[3], "--embd", "32", "--layers", "2", "--heads", "4", "--batch", "2"]
+export_hf.main([f"{d}/gpt2", "--arch", "gpt2", *sizes])
+export_hf.main([f"{d}/llama", "--arch", "llama", "--kv-heads", "2", "--ffn", "64", "--tie", *sizes])
+export_hf.main([f"{d}/gpt2_drop", "--arch", "gpt2", "--dropout", "0.1", *sizes])
+ids = torch.randint(0, 256, (2, 32))
+torch.jit.script(Emb()).save(d + "/script.pt")
+torch.export.save(torch.export.export(Branchy(), (ids,)), d + "/cond.pt2")
+batch = torch.export.Dim("batch", min=2, max=64)
+torch.export.save(torch.export.export(Emb(), (ids,), dynamic_shapes=({0: batch},)), d + "/dynamic.pt2")
+PY
+  { cat "$TMP/export.log"; fail "writing the models (transformers for $PY is needed: scripts/setup.sh installs it)"; }
 { cat <<YAML
 job: {name: hf, output_dir: $TMP/unused, seed: $SEED, threads_per_rank: 1}
 model: {name: exported, path: $TMP/gpt2/model.pt2}
@@ -52,9 +77,20 @@ for arch in gpt2 llama; do
   "$SLUICE" export "$TMP/hf.yaml" "${model[@]}" --checkpoint "$TMP/${arch}_one/checkpoints" -o "$TMP/${arch}_trained" \
     >"$TMP/${arch}_export.log" 2>&1 || { cat "$TMP/${arch}_export.log"; fail "sluice export $arch"; }
   [ -f "$TMP/${arch}_trained/config.json" ] || fail "sluice export did not copy $arch's config.json"
-  "$PY" "$ROOT/tests/cli/torchscript_reference.py" --hf --model "$TMP/$arch" --data text --path $TEXT --seed $SEED \
-    --steps $STEPS --global 8 --micro 2 --lr $LR --wd $WD --block $BLOCK --out "$TMP/${arch}_ref.json" \
-    --exported "$TMP/${arch}_trained" >"$TMP/${arch}_ref.log" 2>&1 || { cat "$TMP/${arch}_ref.log"; fail "the PyTorch reference ($arch)"; }
+done
+# PyTorch's loop on both models, in one process (tests/cli/torchscript_reference.py).
+"$PY" - "$ROOT/tests/cli" "$TMP" $TEXT $SEED $STEPS $LR $WD $BLOCK >"$TMP/ref.log" 2>&1 <<'PY' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import torchscript_reference as ref
+d, text, seed, steps, lr, wd, block = sys.argv[2:]
+for arch in ("gpt2", "llama"):
+    ref.run(["--hf", "--model", f"{d}/{arch}", "--data", "text", "--path", text, "--seed", seed, "--steps", steps,
+             "--global", "8", "--micro", "2", "--lr", lr, "--wd", wd, "--block", block, "--out", f"{d}/{arch}_ref.json",
+             "--exported", f"{d}/{arch}_trained"])
+PY
+  { cat "$TMP/ref.log"; fail "the PyTorch references"; }
+for arch in gpt2 llama; do
   reference_losses "$TMP/${arch}_ref.json" >"$TMP/${arch}_ref.losses"
   same_as_reference "$TMP/${arch}_ref.losses" ${arch}_one
   same_as_reference "$TMP/${arch}_ref.losses" ${arch}_2x2
@@ -83,14 +119,13 @@ echo "ok: model.weights from sluice export: step 0 loss $first, PyTorch $want"
 # nodes 55-59) sends non-contiguous views, which arrive contiguous, so the
 # attention kernel takes another path (within rounding, not bitwise: the
 # contract's conditions), and a profile-chosen cut can land there.
-export_hf gpt2_drop --arch gpt2 --dropout 0.1
 drop=(--set model.path="$TMP/gpt2_drop/model.pt2")
 keep=(--set checkpoint.interval=$STEPS)
 train drop_one "${drop[@]}" "${keep[@]}"
 train drop_zb "${drop[@]}" "${keep[@]}" --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set "pipeline.cuts=[65]"
 train drop_zbv "${drop[@]}" --set pipeline.stages=2 --set pipeline.schedule=zbv --set "pipeline.cuts=[23, 65, 104]"
 train drop_2x2 "${drop[@]}" --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
-  --set optimizer.name=dist_adam
+  --set optimizer.name=dist_adam --set "pipeline.cuts=[65]"
 compare_losses "$TMP/drop_one" "$TMP/drop_zb" $STEPS 0
 compare_losses "$TMP/drop_one" "$TMP/drop_zbv" $STEPS 0
 compare_losses "$TMP/drop_one" "$TMP/drop_2x2" $STEPS
@@ -109,25 +144,6 @@ expect_failure missing_file "model.path '$TMP/nope.pt2' is not a file" "$TMP/e1"
   "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/nope.pt2" --set job.output_dir="$TMP/e1"
 expect_failure not_a_zip "is not a torch.export archive" "$TMP/e2" -- \
   "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TEXT" --set job.output_dir="$TMP/e2"
-cat >"$TMP/bad_programs.py" <<'PY'
-import sys, torch
-class Emb(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(256, 256)
-    def forward(self, ids):
-        return self.emb(ids)
-class Branchy(Emb):
-    def forward(self, ids):
-        x = self.emb(ids)
-        return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x * 3, (x,))
-ids = torch.randint(0, 256, (2, 32))
-torch.jit.script(Emb()).save(sys.argv[1] + "/script.pt")
-torch.export.save(torch.export.export(Branchy(), (ids,)), sys.argv[1] + "/cond.pt2")
-batch = torch.export.Dim("batch", min=2, max=64)
-torch.export.save(torch.export.export(Emb(), (ids,), dynamic_shapes=({0: batch},)), sys.argv[1] + "/dynamic.pt2")
-PY
-"$PY" "$TMP/bad_programs.py" "$TMP" >"$TMP/bad_programs.log" 2>&1 || { cat "$TMP/bad_programs.log"; fail "writing the bad programs"; }
 expect_failure torchscript_file "is a PyTorch zip but not a torch.export archive" "$TMP/e3" -- \
   "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/script.pt" --set job.output_dir="$TMP/e3"
 expect_failure higher_order_op "(torch.ops.higher_order.cond) is not an ATen operator" "$TMP/e4" -- \

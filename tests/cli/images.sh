@@ -11,10 +11,12 @@
 # non-zero exit, nothing written.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/fashion_mnist_cnn.yaml"
+# The runs plan from one profile (lib.sh shared_profile), as at start-up.
+planned=(--set pipeline.profile="$(shared_profile fashion_mnist_cnn)")
 train() {  # train NAME [--set ...]
   local name=$1
   shift
-  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$CFG" --set job.output_dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1 ||
+  OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$CFG" "${planned[@]}" --set job.output_dir="$TMP/$name" "$@" >"$TMP/$name.log" 2>&1 ||
     { cat "$TMP/$name.log"; fail "train $name"; }
 }
 eval_line() { grep '"eval_loss"' "$TMP/$1/metrics.jsonl"; }
@@ -53,20 +55,15 @@ echo "ok: 2 stages x 2 replicas: $(eval_line dp | tail -1)"
 mkdir -p "$TMP/empty"
 expect_failure no_idx_files "data.path '$TMP/empty' has no train-images-idx3-ubyte (nor train-images-idx3-ubyte.gz): install Debian's dataset-fashion-mnist" "$TMP/e1" -- \
   "$SLUICE" train "$CFG" --set data.path="$TMP/empty" --set job.output_dir="$TMP/e1"
-# Data sets written here: N random 28x28 images (idx files) in DIR, training split only.
-idx() {  # idx DIR N
-  mkdir -p "$1"
-  "$PY" - "$1" "$2" <<'PY'
-import struct, sys, numpy as np
-d, n = sys.argv[1], int(sys.argv[2])
+# Data sets written here (one Python process): N random 28x28 images (idx files) in DIR, training split only.
+"$PY" - "$TMP/none" 0 "$TMP/few" 5 "$TMP/train_only" 64 <<'PY'
+import os, struct, sys, numpy as np
 rng = np.random.default_rng(0)
-open(f"{d}/train-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
-open(f"{d}/train-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + rng.integers(0, 10, n, dtype=np.uint8).tobytes())
+for d, n in zip(sys.argv[1::2], map(int, sys.argv[2::2])):
+    os.makedirs(d, exist_ok=True)
+    open(f"{d}/train-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
+    open(f"{d}/train-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + rng.integers(0, 10, n, dtype=np.uint8).tobytes())
 PY
-}
-idx "$TMP/none" 0
-idx "$TMP/few" 5
-idx "$TMP/train_only" 64
 expect_failure no_images "holds no images" "$TMP/e4" -- \
   "$SLUICE" train "$CFG" --set data.path="$TMP/none" --set training.eval_interval=0 --set job.output_dir="$TMP/e4"
 expect_failure fewer_than_a_batch "holds 5 images, fewer than training.global_batch_size (64)" "$TMP/e5" -- \

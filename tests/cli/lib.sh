@@ -12,6 +12,42 @@ trap 'rm -rf "$TMP"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# The small GPT most scripts train: configs/quickstart.yaml at 2 layers of 64, block 32.
+SMALL=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32)
+
+# shared_profile NAME: the path of a profile (`sluice profile`) of a config
+# (configs/quickstart.yaml unless said) that the runs of scripts plan from (pipeline.profile or
+# `sluice partition --profile`), made on first use: once per ctest run in
+# $SLUICE_TEST_PROFILES (the fixture cli_profiles empties it first; flock
+# keeps two scripts from making one twice), or in $TMP for a script run alone.
+# A profile depends on the graph only: the model, micro-batch shape, dropout
+# and precision, not steps, schedule, stages or data parallelism.
+#   small                 SMALL
+#   small_dropout         SMALL, dropout 0.1
+#   small_dropout_bf16    SMALL, dropout 0.1, bf16
+#   quickstart_dropout    the quickstart GPT, dropout 0.1
+#   fashion_mnist_cnn     configs/fashion_mnist_cnn.yaml
+shared_profile() {
+  local name=$1 dir=${SLUICE_TEST_PROFILES:-$TMP/profiles} args=() config=quickstart
+  case $name in
+    small) args=("${SMALL[@]}") ;;
+    small_dropout) args=("${SMALL[@]}" --set model.dropout=0.1) ;;
+    small_dropout_bf16) args=("${SMALL[@]}" --set model.dropout=0.1 --set training.precision=bf16) ;;
+    quickstart_dropout) args=(--set model.dropout=0.1) ;;
+    fashion_mnist_cnn) config=fashion_mnist_cnn ;;
+    *) fail "shared_profile: no profile named $name" ;;
+  esac
+  mkdir -p "$dir"
+  (
+    flock 9
+    if [ ! -s "$dir/$name.pb" ]; then
+      "$SLUICE" profile "$ROOT/configs/$config.yaml" "${args[@]}" -o "$dir/$name.pb" >"$dir/$name.log" 2>&1 ||
+        { cat "$dir/$name.log" >&2; rm -f "$dir/$name.pb"; fail "shared_profile $name: sluice profile failed"; }
+    fi
+  ) 9>"$dir/$name.lock" || exit 1
+  echo "$dir/$name.pb"
+}
+
 # The Python with torch 2.11 (the reference), protobuf and PyYAML: the
 # environment scripts/setup.sh makes (CTest passes SLUICE_PYTHON; else
 # scripts/env.sh's default).
@@ -64,12 +100,13 @@ YAML
 }
 
 # expect_failure NAME EXPECTED_TEXT OUTPUT_DIR -- command...: the command must exit
-# non-zero, print EXPECTED_TEXT, and leave OUTPUT_DIR absent.
+# non-zero, print EXPECTED_TEXT, and leave OUTPUT_DIR absent. Its exit code is left in FAILURE_RC.
 expect_failure() {
   local name=$1 text=$2 outdir=$3
   shift 4
   local log="$TMP/$name.log" rc=0
   "$@" >"$log" 2>&1 || rc=$?
+  FAILURE_RC=$rc
   [ "$rc" -ne 0 ] || fail "$name: exited 0"
   grep -qF -- "$text" "$log" || { cat "$log" >&2; fail "$name: message lacks '$text'"; }
   [ ! -e "$outdir" ] || fail "$name: wrote $outdir"

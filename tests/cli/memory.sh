@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Memory plans on real training (the quickstart GPT, 2 stages, 1F1B, 10 steps),
-# all from one profile: the measured peak of allocated bytes per stage is
+# Memory plans on real training (the quickstart GPT, 2 stages, 1F1B, 4 steps),
+# all from one profile (shared with memory_schedules.sh): the measured peak of allocated bytes per stage is
 # within 10% of the plan's prediction (below it, of the prediction without the swap
 # window, which counts in-flight I/O whole) when everything is kept, under a budget
 # the plan meets by swapping, and under the same budget without a swap tier
@@ -12,9 +12,9 @@ source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
 # Dropout on: recompute replays the draws from the random key (Note [random streams]).
 drop=(--set model.dropout=0.1)
-run=(--set training.steps=10 --set logging.interval=5 "${drop[@]}")
+run=(--set training.steps=4 --set logging.interval=2 "${drop[@]}")
 
-"$SLUICE" profile "$CFG" "${drop[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+cp "$(shared_profile quickstart_dropout)" "$TMP/prof.pb"
 source "$(dirname "$0")/memory_lib.sh"
 # The budgets: 1 MiB above the smallest the partitioner can meet, with and
 # without a swap tier. Keeping everything needs about 64 MiB on stage 0

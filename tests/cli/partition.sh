@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# `sluice profile` -> `sluice partition` (four methods) -> `sluice plan show`
-# -> `sluice train` with pipeline.plan, whose losses must equal 1-stage
-# training; a plan that swaps and recomputes trains to the same losses; and
-# the errors: a plan for another model, a truncated plan, a budget too small
-# (names the smallest that fits), a profile of another model.
+# `sluice profile` (2 ranks, self-launched: one entry per graph node, p2p
+# measured; a missing -o is a usage error) -> `sluice partition` (four
+# methods) -> `sluice plan show` -> `sluice train` with pipeline.plan, whose
+# losses must equal 1-stage training; a plan that swaps and recomputes trains
+# to the same losses; and the errors: a plan for another model, a truncated
+# plan, a budget too small (names the smallest that fits), a profile of
+# another model.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
-small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32
-       --set training.steps=8 --set logging.interval=4)
-"$SLUICE" profile "$CFG" "${small[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
+small=("${SMALL[@]}" --set training.steps=8 --set logging.interval=4)
+# The profile: shared with other scripts (lib.sh); its summary is beside it.
+PROF=$(shared_profile small)
+cp "$PROF" "$TMP/prof.pb"
+[ -s "$TMP/prof.pb" ] || fail "no profile written"
+nodes=$("$SLUICE" graph "$CFG" "${small[@]}" | tail -1 | awk '{print $1}')
+grep -q "^profile of graph [0-9a-f]*: $nodes nodes" "${PROF%.pb}.log" || { cat "${PROF%.pb}.log"; fail "summary does not list $nodes nodes"; }
+grep -q "machine: p2p [1-9]" "${PROF%.pb}.log" || { cat "${PROF%.pb}.log"; fail "p2p bandwidth not measured"; }
+expect_failure missing_output "profile needs -o FILE" "$TMP/none" -- "$SLUICE" profile "$CFG"
+echo "ok: profile of $nodes nodes"
 
 for method in profile uniform parameters layers; do
   "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/$method.pb" --method "$method" \
@@ -36,11 +45,10 @@ paste <(losses "$TMP/one/metrics.jsonl") <(losses "$TMP/planned/metrics.jsonl") 
 "$SLUICE" partition "$CFG" "${small[@]}" --set model.layers=3 --profile "$TMP/prof.pb" -o "$TMP/x.pb" >"$TMP/other_profile.log" 2>&1 &&
   fail "a profile of another model was accepted"
 grep -q "profile this config again" "$TMP/other_profile.log" || fail "other-profile message"
-"$SLUICE" profile "$CFG" "${small[@]}" --set model.layers=3 -o "$TMP/prof3.pb" >/dev/null 2>&1 || fail "profile 3 layers"
-"$SLUICE" partition "$CFG" "${small[@]}" --set model.layers=3 --profile "$TMP/prof3.pb" -o "$TMP/other.pb" >/dev/null 2>&1 ||
-  fail "partition 3 layers"
+# A plan for another model: the 2-layer plan given to the 3-layer model.
 expect_failure other_model "was made for another model or batch shape" "$TMP/out_other" -- \
-  "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/other.pb" --set job.output_dir="$TMP/out_other"
+  "$SLUICE" train "$CFG" "${small[@]}" --set model.layers=3 --set pipeline.stages=2 --set pipeline.plan="$TMP/profile.pb" \
+  --set job.output_dir="$TMP/out_other"
 head -c 100 "$TMP/profile.pb" >"$TMP/truncated.pb"
 expect_failure truncated_plan "is truncated or not a Sluice plan" "$TMP/out_trunc" -- \
   "$SLUICE" train "$CFG" "${small[@]}" --set pipeline.stages=2 --set pipeline.plan="$TMP/truncated.pb" --set job.output_dir="$TMP/out_trunc"

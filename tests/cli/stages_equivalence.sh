@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `sluice train` with dropout on, 1 stage (AdamW) against: 2 and 3 stages
-# (AdamW), the 2-stage config again (its own profile and plan), 2 stages x 2
+# (AdamW), the 2-stage config again (another profile, its own plan), 2 stages x 2
 # data-parallel replicas (DistAdam, hooks; 4 ranks, oversubscribed), zb-h1
 # (2 stages, and 2 x 2), 2 ranks interleaved (2 stages each), plain and
 # zero-bubble (interleaved-zb), zbv (2 stages each in a V), and the schedule `auto` chooses; same seed and
@@ -14,51 +14,56 @@
 #   process accumulates 4 micro-batches, which rounds differently (~1e-7).
 # A 1-stage run without dropout differs (the masks are real). bf16 with
 # pipeline.boundary_dtype: compute sends half the bytes and stays within 1e-4.
+# The 2-stage run profiles and plans at start-up; every other multi-stage run
+# plans the same way from a shared profile of the same graph
+# (pipeline.profile; lib.sh shared_profile), so `two_again` is a second plan
+# from another profile.
 source "$(dirname "$0")/lib.sh"
 # Dropout on: every layout draws the same masks (Note [random streams]).
 # One thread per rank everywhere: the 1-stage run would otherwise get 2 (cores / ranks), whose
 # reductions split differently (a relative ~1e-7 from about step 14 on).
-small=(--set training.steps=10 --set logging.interval=5 --set model.layers=2 --set model.embd=64
-       --set model.heads=4 --set model.block_size=32 --set model.dropout=0.1 --set job.threads_per_rank=1)
+small=(--set training.steps=10 --set logging.interval=5 "${SMALL[@]}" --set model.dropout=0.1 --set job.threads_per_rank=1)
 train() { local name=$1; shift; "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${small[@]}" --set job.output_dir="$TMP/$name" "$@"; }
+P=(--set pipeline.profile="$(shared_profile small_dropout)")
 train one --set pipeline.stages=1
 train two --set pipeline.stages=2
-# The same config again, planning anew from its own profile.
-train two_again --set pipeline.stages=2
-train three --set pipeline.stages=3
+# The same config again, planning anew from another profile.
+train two_again --set pipeline.stages=2 "${P[@]}"
+train three --set pipeline.stages=3 "${P[@]}"
 train no_dropout --set pipeline.stages=1 --set model.dropout=0 --set training.steps=1 --set logging.interval=1
 train two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
-  --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
+  --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks "${P[@]}"
 # Zero-bubble: backward split into input and weight gradients, weight gradients
 # deferred (DistAdam's hooks fire in the deferred half).
-train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1
+train zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 "${P[@]}"
 # Interleaved 1F1B: 2 ranks x 2 stages each (the graph cut into 4 pieces).
-train inter --set pipeline.stages=2 --set pipeline.schedule=interleaved
+train inter --set pipeline.stages=2 --set pipeline.schedule=interleaved "${P[@]}"
 # Both: interleaved chunks with the split backward.
-train inter_zb --set pipeline.stages=2 --set pipeline.schedule=interleaved-zb
+train inter_zb --set pipeline.stages=2 --set pipeline.schedule=interleaved-zb "${P[@]}"
 # ZBV: 2 stages per rank in a V (rank 0 hosts stages 0 and 3, rank 1 stages 1 and 2, sending to itself between them).
-train zbv --set pipeline.stages=2 --set pipeline.schedule=zbv
-train auto --set pipeline.stages=2 --set pipeline.schedule=auto 2>&1 | tee "$TMP/auto.out"
+train zbv --set pipeline.stages=2 --set pipeline.schedule=zbv "${P[@]}"
+train auto --set pipeline.stages=2 --set pipeline.schedule=auto "${P[@]}" 2>&1 | tee "$TMP/auto.out"
 train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
-  --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks
+  --set pipeline.schedule=zb-h1 --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks "${P[@]}"
 # Gradient clipping: the norm is summed per parameter in one order on every rank (Note [bitwise
 # norm], optim/GradClip.h), so 2 stages under zb-h1 clip bitwise like 1 stage.
 train clip_one --set pipeline.stages=1 --set optimizer.clip_grad_norm=0.2
-train clip_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set optimizer.clip_grad_norm=0.2
+train clip_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set optimizer.clip_grad_norm=0.2 "${P[@]}"
 # bf16 (Note [bf16 by capture], launcher/ModelSetup.h): autocast's casts are graph nodes, so 2
 # stages under zb-h1 run the 1-stage ops exactly; 2 x 2 (DistAdam) within 5e-5: the replica average
 # rounds a float32 weight 1 ulp apart from one process's sum (~1e-7, as in float32), and the next
 # forward's cast to bfloat16 can turn that into 1 bfloat16 ulp (2^-8) of the element, so the loss
 # moves ~1e-5 where float32 moves ~1e-7.
+PB=(--set pipeline.profile="$(shared_profile small_dropout_bf16)")
 train bf16_one --set pipeline.stages=1 --set training.precision=bf16
-train bf16_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set training.precision=bf16
+train bf16_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set training.precision=bf16 "${PB[@]}"
 train bf16_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set pipeline.microbatches=2 \
-  --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks --set training.precision=bf16
+  --set optimizer.name=dist_adam --set optimizer.dist_adam.mode=hooks --set training.precision=bf16 "${PB[@]}"
 # pipeline.boundary_dtype: compute: the float32 activations and gradients crossing the cut travel
 # in bfloat16 (rounded): half the point-to-point bytes, losses near but not bitwise 1 stage's
 # (rounding each crossing value by up to 2^-9 relative moved the loss by 1.7e-5 over 10 steps; 1e-4 allowed).
 train bf16_wire --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set training.precision=bf16 \
-  --set pipeline.boundary_dtype=compute
+  --set pipeline.boundary_dtype=compute "${PB[@]}"
 
 compare_losses "$TMP/one" "$TMP/two" 10 0
 compare_losses "$TMP/bf16_one" "$TMP/bf16_zb" 10 0

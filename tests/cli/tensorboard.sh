@@ -5,8 +5,8 @@
 # every scalar with correct CRCs, and they equal metrics.jsonl's values.
 source "$(dirname "$0")/lib.sh"
 [ -x "$PY" ] && "$PY" -c "import google.protobuf" 2>/dev/null || fail "protobuf for $PY is needed (scripts/setup.sh installs it)"
-"$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=3 --set model.layers=2 \
-  --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2 \
+"$SLUICE" train "$ROOT/configs/quickstart.yaml" --set training.steps=6 --set logging.interval=3 "${SMALL[@]}" \
+  --set pipeline.stages=2 --set pipeline.profile="$(shared_profile small)" \
   --set job.output_dir="$TMP/run" --set logging.tensorboard=true >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "training"; }
 files=("$TMP"/run/tb/events.out.tfevents.*)
 [ ${#files[@]} -eq 1 ] && [ -f "${files[0]}" ] || fail "expected one events file, got ${files[*]}"

@@ -3,6 +3,9 @@
     torchscript_reference.py --model M.pt --data text|fashion_mnist --path P --seed S --steps N
         --global G --micro B --lr LR --wd WD [--block T] [--clip C] [--exported OUT.pt] [--eval-samples E] --out R.json
 
+or, several references in one process (a torch import is 2-4 s), from Python:
+`import torchscript_reference as ref; ref.run([...the same arguments...])`.
+
 Trains the TorchScript module at M.pt (with --hf: the Hugging Face model in
 directory M, models/export_hf.py) with torch.optim.AdamW on the batches
 Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
@@ -29,18 +32,21 @@ import json
 import torch
 import torch.nn.functional as F
 
-p = argparse.ArgumentParser()
-for name, kind in [("model", str), ("data", str), ("path", str), ("seed", int), ("steps", int), ("global", int),
-                   ("micro", int), ("lr", float), ("wd", float), ("out", str)]:
-    p.add_argument("--" + name, type=kind, required=True)
-p.add_argument("--block", type=int, default=0)
-p.add_argument("--clip", type=float, default=0.0)
-p.add_argument("--exported")
-p.add_argument("--eval-samples", type=int, default=0)
-p.add_argument("--hf", action="store_true",
-               help="--model and --exported are Hugging Face model directories (models/export_hf.py, sluice export)")
-a = p.parse_args()
-torch.set_num_threads(1)
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    for name, kind in [("model", str), ("data", str), ("path", str), ("seed", int), ("steps", int), ("global", int),
+                       ("micro", int), ("lr", float), ("wd", float), ("out", str)]:
+        p.add_argument("--" + name, type=kind, required=True)
+    p.add_argument("--block", type=int, default=0)
+    p.add_argument("--clip", type=float, default=0.0)
+    p.add_argument("--exported")
+    p.add_argument("--eval-samples", type=int, default=0)
+    p.add_argument("--hf", action="store_true",
+                   help="--model and --exported are Hugging Face model directories (models/export_hf.py, sluice export)")
+    a = p.parse_args(argv)
+    a.glob = getattr(a, "global")
+    return a
 
 
 class Logits(torch.nn.Module):
@@ -55,20 +61,12 @@ class Logits(torch.nn.Module):
         return self.m(input_ids=ids, use_cache=False, return_dict=False)[0]
 
 
-def load(path):
-    return Logits(path) if a.hf else torch.jit.load(path)
-
-
-model = load(a.model)
-model.train()
-
-
 def idx(path, offset):
     with gzip.open(path) as f:
         return torch.frombuffer(bytearray(f.read()[offset:]), dtype=torch.uint8)
 
 
-if a.data == "text":
+def text_batches(a):
     data = torch.tensor(list(open(a.path, "rb").read()), dtype=torch.uint8)
     T = a.block
 
@@ -78,13 +76,17 @@ if a.data == "text":
         i = offsets.unsqueeze(1) + torch.arange(T + 1).unsqueeze(0)
         w = data.index_select(0, i.reshape(-1)).reshape(a.glob, T + 1).long()
         return w[:, :T].contiguous(), w[:, 1:].contiguous()
-else:
-    def split(name):
-        images = idx(f"{a.path}/{name}-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
-        labels = idx(f"{a.path}/{name}-labels-idx1-ubyte.gz", 8).long()
-        return (images.float() / 255.0 - 0.2860) / 0.3530, labels
+    return batch
 
-    train_x, train_y = split("train")
+
+def image_split(a, name):
+    images = idx(f"{a.path}/{name}-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
+    labels = idx(f"{a.path}/{name}-labels-idx1-ubyte.gz", 8).long()
+    return (images.float() / 255.0 - 0.2860) / 0.3530, labels
+
+
+def image_batches(a):
+    train_x, train_y = image_split(a, "train")
     n = train_y.numel()
 
     def batch(step):
@@ -96,7 +98,7 @@ else:
             index.append(int(perm[g % n]))
         index = torch.tensor(index)
         return train_x.index_select(0, index), train_y.index_select(0, index)
-a.glob = getattr(a, "global")
+    return batch
 
 
 def loss_of(m, x, y):
@@ -104,23 +106,37 @@ def loss_of(m, x, y):
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
 
-opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.wd)
-losses, norms = [], []
-n_micro = a.glob // a.micro
-for step in range(a.steps):
-    x, y = batch(step)
-    opt.zero_grad()
-    total = 0.0
-    for i in range(n_micro):
-        loss = loss_of(model, x[i * a.micro:(i + 1) * a.micro], y[i * a.micro:(i + 1) * a.micro])
-        (loss / n_micro).backward()
-        total += loss.item()
-    losses.append(total / n_micro)
-    if a.clip > 0:
-        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip).item())
-    opt.step()
-result = {"losses": losses, "grad_norms": norms}
-if a.exported:
+def run(argv):
+    """One reference: trains, writes --out, and returns what it wrote."""
+    a = parse(argv)
+    torch.set_num_threads(1)
+    load = (lambda path: Logits(path)) if a.hf else torch.jit.load
+    model = load(a.model)
+    model.train()
+    batch = text_batches(a) if a.data == "text" else image_batches(a)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.wd)
+    losses, norms = [], []
+    n_micro = a.glob // a.micro
+    for step in range(a.steps):
+        x, y = batch(step)
+        opt.zero_grad()
+        total = 0.0
+        for i in range(n_micro):
+            loss = loss_of(model, x[i * a.micro:(i + 1) * a.micro], y[i * a.micro:(i + 1) * a.micro])
+            (loss / n_micro).backward()
+            total += loss.item()
+        losses.append(total / n_micro)
+        if a.clip > 0:
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip).item())
+        opt.step()
+    result = {"losses": losses, "grad_norms": norms}
+    if a.exported:
+        compare_exported(a, model, load, batch, n_micro, result)
+    json.dump(result, open(a.out, "w"))
+    return result
+
+
+def compare_exported(a, model, load, batch, n_micro, result):
     images = a.data != "text"
     x, y = batch(0)
     got, start = load(a.exported), load(a.model)
@@ -134,7 +150,7 @@ if a.exported:
         result["exported_loss_step0"] = sum(loss_of(got, x[i * a.micro:(i + 1) * a.micro], y[i * a.micro:(i + 1) * a.micro]).item()
                                             for i in range(n_micro)) / n_micro
         if images and a.eval_samples:
-            test_x, test_y = split("t10k")
+            test_x, test_y = image_split(a, "t10k")
             model.eval()
             total, correct = 0.0, 0
             for i in range(0, a.eval_samples // a.micro * a.micro, a.micro):
@@ -143,4 +159,8 @@ if a.exported:
                 correct += int((out.argmax(-1) == test_y[i:i + a.micro]).sum())
             count = a.eval_samples // a.micro * a.micro
             result["eval_loss"], result["eval_accuracy"] = total / count, correct / count
-json.dump(result, open(a.out, "w"))
+
+
+if __name__ == "__main__":
+    import sys
+    run(sys.argv[1:])

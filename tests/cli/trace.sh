@@ -11,10 +11,11 @@
 source "$(dirname "$0")/lib.sh"
 [ -x "$PY" ] || fail "$PY is needed (scripts/setup.sh makes it)"
 CFG="$ROOT/configs/quickstart.yaml"
-small=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.block_size=32 --set pipeline.stages=2
-  --set pipeline.microbatches=4 --set pipeline.schedule=1f1b)
+small=("${SMALL[@]}" --set pipeline.stages=2 --set pipeline.microbatches=4 --set pipeline.schedule=1f1b)
 traced=(--set training.steps=6 --set logging.interval=6 --set "logging.trace_steps=[3, 4]" --trace)
-"$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set job.output_dir="$TMP/run" \
+# Every run plans from one shared profile (lib.sh shared_profile), as at start-up.
+cp "$(shared_profile small)" "$TMP/prof.pb"
+"$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.profile="$TMP/prof.pb" --set job.output_dir="$TMP/run" \
   >"$TMP/run.log" 2>&1 || { cat "$TMP/run.log"; fail "training with --trace"; }
 grep -q "trace: $TMP/run/trace.json (steps 3, 4;" "$TMP/run.log" || fail "no trace line"
 ! ls "$TMP/run"/trace.rank_* >/dev/null 2>&1 || fail "per-rank parts left behind"
@@ -28,7 +29,6 @@ cat "$TMP/summary"
 "$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/run/trace.json" 2 4 plain || fail "trace.json"
 
 # A plan that swaps: the partitioner's smallest budget (it names it when asked for less) plus 10%.
-"$SLUICE" profile "$CFG" "${small[@]}" -o "$TMP/prof.pb" >"$TMP/profile.log" 2>&1 || { cat "$TMP/profile.log"; fail "profile"; }
 smallest=$({ "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 0.5 2>&1 || true; } |
   grep -o "the smallest budget that fits is [0-9.]* MiB" | awk '{ print $7 }')
 [ -n "$smallest" ] || fail "partition does not name the smallest budget that fits"
@@ -43,10 +43,11 @@ swapping=$(grep -o "\[rank [0-9]*\] stage [0-9]* memory plan: [1-9][0-9]* storag
   awk '{ gsub(/\]/, "", $2); printf "%s%s", (n++ ? "," : ""), $2 }')
 "$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/swap/trace.json" 2 4 swap "$swapping" || {
   cat "$TMP/swap.plan.log"; grep -E "memory plan|swap" "$TMP/swap.log"; fail "trace.json of the swapping run (swapping ranks: '$swapping')"; }
-# Full recompute and DistAdam on 2 stages x 2 replicas.
+# Full recompute and DistAdam on 2 stages x 2 replicas (the profile's micro-batch shape: twice the global batch).
 OMPI_MCA_mpi_yield_when_idle=1 "$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.data_parallel=2 \
-  --set optimizer.name=dist_adam --set training.micro_batch_size=2 --set memory.policy=full_recompute \
-  --set job.output_dir="$TMP/dist" >"$TMP/dist.log" 2>&1 || { cat "$TMP/dist.log"; fail "training 2 x 2 with --trace"; }
+  --set optimizer.name=dist_adam --set training.global_batch_size=32 --set memory.policy=full_recompute \
+  --set pipeline.profile="$TMP/prof.pb" --set job.output_dir="$TMP/dist" >"$TMP/dist.log" 2>&1 ||
+  { cat "$TMP/dist.log"; fail "training 2 x 2 with --trace"; }
 "$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/dist/trace.json" 2 4 recompute_dist || fail "trace.json of the 2 x 2 run"
 
 # The picture: `sluice trace show` -> SVG -> PNG by rsvg-convert (librsvg, independent of Sluice), decoded

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "core/Capture.h"
 #include "core/GraphSplit.h"
 #include "core/StageModule.h"
 #include "models/Llama.h"

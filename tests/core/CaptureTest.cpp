@@ -5,6 +5,7 @@
 #include <set>
 
 #include "core/Error.h"
+#include "core/Capture.h"
 #include "core/OpGraph.h"
 #include "core/StageModule.h"
 #include "tests/TestUtil.h"

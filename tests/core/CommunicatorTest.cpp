@@ -3,15 +3,18 @@
 
 #include "core/Communicator.h"
 #include "core/Error.h"
+#include "tests/Ranks.h"
 
 namespace sluice {
 namespace {
 
-Communicator world() { return Communicator::world(); }
+SLUICE_TEST_RANKS("Communicator", 2, 3);
+SLUICE_TEST_RANKS("Communicator.PeerNamesGiveTheWorldRank", 3);
+
+Communicator world() { return test::world(); }
 
 TEST(Communicator, P2PRingWithShapeCheck) {
   auto c = world();
-  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
   int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
   auto mine = torch::arange(12, torch::kFloat).view({3, 4}) + 100 * c.rank();
   auto recv = c.irecv({{3, 4}, c10::kFloat}, prev, 7);
@@ -33,7 +36,6 @@ TEST(Communicator, P2PRingWithShapeCheck) {
 
 TEST(Communicator, MismatchedShapeIsACommError) {
   auto c = world();
-  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
   if (c.rank() == 0) c.send(torch::ones({2, 5}), 1, 9);
   if (c.rank() == 1) {
     try {
@@ -103,7 +105,6 @@ TEST(Communicator, BroadcastBarrierAndSplit) {
 // timeout with a CommError naming the op, the peer, the tag and the activity.
 TEST(Communicator, WaitTimesOutNamingThePeer) {
   auto c = world();
-  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
   if (c.rank() == 0) {
     Communicator::setWaitTimeout(0.5);
     CommActivity activity("step 4, micro-batch 1");
@@ -125,7 +126,6 @@ TEST(Communicator, WaitTimesOutNamingThePeer) {
 // MPI_ERRORS_RETURN it is a CommError naming the op and the peer, not an abort.
 TEST(Communicator, MpiErrorIsACommErrorNotAnAbort) {
   auto c = world();
-  if (c.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
   if (c.rank() == 0) c.send(torch::ones({4, 5}), 1, 10);
   if (c.rank() == 1) {
     try {
@@ -141,7 +141,6 @@ TEST(Communicator, MpiErrorIsACommErrorNotAnAbort) {
 // On a sub-communicator, peers are also named by their world rank.
 TEST(Communicator, PeerNamesGiveTheWorldRank) {
   auto c = world();
-  if (c.size() < 3) GTEST_SKIP() << "needs 3+ ranks";
   auto odd = c.split(c.rank() % 2);  // ranks 1, 3, ... and 0, 2, ...
   if (c.rank() % 2 == 0 && odd.size() > 1) {
     EXPECT_EQ(odd.peerName(1), "rank 1 (world rank 2)");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/Capture.h"
 #include "core/Flops.h"
 #include "models/Cnn.h"
 #include "tests/TestUtil.h"

@@ -7,6 +7,7 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/RandomStream.h"

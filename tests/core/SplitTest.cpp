@@ -2,6 +2,7 @@
 // running the stages one after another equals running the whole graph.
 #include <gtest/gtest.h>
 
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "core/StageModule.h"

@@ -217,7 +217,45 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{"resume from nowhere", {"checkpoint.resume=/no/such/checkpoint"}, nullptr,
                   "checkpoint.resume '/no/such/checkpoint' is neither auto, none nor an existing checkpoint directory"},
         Malformed{"negative restarts", {"cluster.max_restarts=-2"}, nullptr, "cluster.max_restarts must be >= 0"},
-        Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"}));
+        Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"},
+        // Probes with bad input (once launches of the binary in tests/cli/bad_config.sh).
+        Malformed{"duplicate key", {}, "job: {output_dir: /tmp/x}\ntraining:\n  steps: 5\n  steps: 7\n",
+                  "'training.steps' is given twice (lines 3 and 4)"},
+        Malformed{"duplicate section", {}, "job: {output_dir: /tmp/x}\ntraining: {steps: 5}\ntraining: {steps: 7}\n",
+                  "'training' is given twice (lines 2 and 3)"},
+        Malformed{"empty value", {"training.steps="}, nullptr, "training.steps has no value"},
+        Malformed{"empty output dir", {"job.output_dir="}, nullptr, "job.output_dir has no value"},
+        Malformed{"huge budget", {"memory.budget_mb=1e300"}, nullptr, "memory.budget_mb must be at most"},
+        Malformed{"huge swap window", {"memory.swap_window_mb=1e300"}, nullptr, "memory.swap_window_mb must be at most"},
+        Malformed{"huge DistAdam bucket", {"optimizer.dist_adam.bucket_mb=1e300"}, nullptr,
+                  "optimizer.dist_adam.bucket_mb must be at most"},
+        Malformed{"infinite lr", {"optimizer.lr=.inf"}, nullptr, "optimizer.lr: expected a finite number, got '.inf'"},
+        Malformed{"too many threads", {"job.threads_per_rank=100000"}, nullptr,
+                  "job.threads_per_rank is 100000, more than this host's"},
+        Malformed{"more stages than ops", {},
+                  "job: {output_dir: /tmp/x}\nmodel: {name: mlp, input_dim: 32, hidden: 64, mlp_layers: 1, classes: 4}\n"
+                  "data: {name: synthetic}\ntraining: {steps: 2, global_batch_size: 48, micro_batch_size: 4}\n"
+                  "pipeline: {stages: 12, microbatches: 12}\n",
+                  "has 5 ops, so it splits into at most 5 pieces; pipeline.stages (12)"},
+        Malformed{"profile missing", {"pipeline.profile=/no/such/profile.pb"}, nullptr,
+                  "pipeline.profile '/no/such/profile.pb' does not exist (make one with `sluice profile CONFIG -o FILE`)"},
+        Malformed{"plan and profile", {"pipeline.plan=/etc/hostname", "pipeline.profile=/etc/hostname"}, nullptr,
+                  "pipeline.plan and pipeline.profile both set"}));
+
+// The config file itself: missing, or a directory (a FIFO is tests/cli/bad_config.sh's: it must not hang).
+TEST(Config, AFileThatIsNoConfigIsNamed) {
+  const std::string dir = testing::TempDir();
+  for (const auto& [path, message] : std::map<std::string, std::string>{
+           {dir + "nope.yaml", "config file '" + dir + "nope.yaml' does not exist"},
+           {dir, "config file '" + dir + "' is a directory, not a file"}}) {
+    try {
+      Config::load(path);
+      FAIL() << path << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
 
 // The README's key table ("| `section.key` | default | meaning |", or a row
 // for several keys of a section: "| `model.layers, heads, embd` |") lists

@@ -2,6 +2,7 @@
 // bitwise (Python's reader is checked against it in tests/cli/torchscript.sh);
 // the layout the format fixes; damaged files are DataErrors.
 #include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
 
 #include <cstdio>
 #include <fstream>

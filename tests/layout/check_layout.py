@@ -8,7 +8,11 @@
    MAX_FUNCTION_LINES lines (counted by lizard, a C++-aware code analyser
    from PyPI that scripts/setup.sh installs).
 
-Tests (tests/) and benches are not checked. Run: check_layout.py SOURCE_DIR.
+3. Tests' ranks: a gtest takes the MPI world from test::world() and declares
+   its rank counts (tests/Ranks.h), so tests/ calls Communicator::world()
+   only in TestMain.cpp and Ranks.cpp, and no test skips for want of ranks.
+
+Otherwise tests (tests/) and benches are not checked. Run: check_layout.py SOURCE_DIR.
 Exit 0 when the code matches, 1 with one line per finding otherwise.
 """
 import os
@@ -115,12 +119,32 @@ def check_sizes(source, findings):
         findings.append(f"{key} is no longer over {MAX_FUNCTION_LINES} lines: remove it from KNOWN_LONG_FUNCTIONS")
 
 
+def check_test_ranks(source, findings):
+    world = re.compile(r"Communicator::world\(\)")
+    skip = re.compile(r"size\(\)\s*<\s*\d+\)\s*GTEST_SKIP")
+    allowed = {os.path.join("tests", "TestMain.cpp"), os.path.join("tests", "Ranks.cpp")}
+    for root, _, files in os.walk(os.path.join(source, "tests")):
+        for f in sorted(files):
+            if not f.endswith((".h", ".cpp")):
+                continue
+            rel = os.path.relpath(os.path.join(root, f), source)
+            with open(os.path.join(source, rel)) as fh:
+                for n, line in enumerate(fh, 1):
+                    if world.search(line) and rel not in allowed:
+                        findings.append(f"{rel}:{n}: a test takes the world from test::world() and declares its "
+                                        f"rank counts (tests/Ranks.h), not Communicator::world()")
+                    if skip.search(line):
+                        findings.append(f"{rel}:{n}: a test declares its rank counts (tests/Ranks.h) "
+                                        f"instead of skipping for want of ranks")
+
+
 def main():
     source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     units = read_table(source)
     findings = []
     check_includes(source, units, findings)
     check_sizes(source, findings)
+    check_test_ranks(source, findings)
     for f in findings:
         print(f)
     print(f"layout: {len(findings)} finding(s); units: {', '.join(sorted(units))}")

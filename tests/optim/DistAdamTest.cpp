@@ -20,9 +20,16 @@
 #include "optim/FlatLayout.h"
 #include "memory/CountingAllocator.h"
 #include "partition/CostModel.h"
+#include "tests/Ranks.h"
 
 namespace sluice::optim {
 namespace {
+
+// On 1 rank too: DistAdam over a world of one is AdamW.
+SLUICE_TEST_RANKS("DistAdam", 1, 2, 3);
+SLUICE_TEST_RANKS("DistAdamLayout", 1, 2, 3);
+SLUICE_TEST_RANKS("DistAdamModes", 1, 2, 3);
+SLUICE_TEST_RANKS("CudaStaging", 2);
 
 // Sizes that do not divide by 2 or 3 (padding), and one smaller than the rank count.
 const std::vector<std::vector<int64_t>> kShapes{{5, 7}, {13}, {3, 3, 3}, {2}, {1}};
@@ -83,7 +90,7 @@ struct Case {
 class DistAdamModes : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DistAdamModes, MatchesAdamWOnTheAveragedGradient) {
-  auto comm = Communicator::world();
+  auto comm = test::world();
   auto ps = makeParams();
   const auto [mode, bucketBytes] = GetParam();
   DistAdam opt(ps, comm, options(), mode, comm.size(), bucketBytes);
@@ -121,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(All, DistAdamModes,
 TEST(CudaStaging, DistAdamOverRanksSharingAGpuMatchesAdamW) {
   if (cudaDevices() == 0) GTEST_SKIP() << "no GPU can be used here: " << cudaAbsentReason();
   const c10::Device gpu(c10::kCUDA, 0);
-  auto comm = Communicator::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
+  auto comm = test::world().withDeviceBackend(CommBackendKind::Mpi, gpu);
   for (auto mode : {DistAdamMode::Hooks, DistAdamMode::AfterBackward}) {
     std::vector<torch::Tensor> mine;
     for (auto& p : makeParams()) mine.push_back(p.detach().to(gpu).requires_grad_(true));
@@ -147,7 +154,7 @@ TEST(CudaStaging, DistAdamOverRanksSharingAGpuMatchesAdamW) {
 // a view of one, zero_grad keeps it so), and a .grad replaced by other code
 // still reaches the reduction (copied in, then bound again).
 TEST(DistAdam, GradientsLiveInTheBucketsAndReplacedOnesStillCount) {
-  auto comm = Communicator::world();
+  auto comm = test::world();
   auto ps = makeParams();
   DistAdam opt(ps, comm, options(), DistAdamMode::AfterBackward, comm.size(), 48);
   auto storages = [&] {
@@ -181,7 +188,7 @@ TEST(DistAdam, GradientsLiveInTheBucketsAndReplacedOnesStillCount) {
 }
 
 TEST(DistAdam, StateIsOneNthOfAdamWPlusPadding) {
-  auto comm = Communicator::world();
+  auto comm = test::world();
   const int n = comm.size();
   auto ps = makeParams();
   int64_t elements = 0;
@@ -208,7 +215,7 @@ TEST(DistAdam, StateIsOneNthOfAdamWPlusPadding) {
 // (partition/CostModel.h), which is not far above it. One rank: no buffers.
 TEST(DistAdam, StepBuffersLiveOnlyDuringTheStepAndFitThePlan) {
   memory::installCountingAllocator();
-  auto comm = Communicator::world();
+  auto comm = test::world();
   const int n = comm.size();
   // Eight equal parameters, two per bucket: four buckets, the pipelined gathers matter.
   std::vector<torch::Tensor> ps;
@@ -289,7 +296,7 @@ TEST(DistAdamLayout, BucketsAndShardsCoverEveryElementOnce) {
 }
 
 TEST(DistAdam, SaveAndLoadContinueIdentically) {
-  auto comm = Communicator::world();
+  auto comm = test::world();
   auto a = makeParams();
   DistAdam optA(a, comm, options());
   for (int step = 0; step < 3; ++step) {
@@ -320,7 +327,7 @@ TEST(DistAdam, SaveAndLoadContinueIdentically) {
 }
 
 TEST(DistAdam, MisuseIsAClearError) {
-  auto comm = Communicator::world();
+  auto comm = test::world();
   auto ps = makeParams();
   try {
     DistAdam wrong(ps, comm, options(), DistAdamMode::Hooks, comm.size() + 1);

@@ -4,16 +4,20 @@
 // bitwise (a power of two), under a fused and a split (zero-bubble) backward.
 #include <gtest/gtest.h>
 
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "core/GraphSplit.h"
 #include "optim/LossScaler.h"
 #include "pipeline/StageWorker.h"
+#include "tests/Ranks.h"
 #include "tests/TestUtil.h"
 
 namespace sluice {
 namespace {
 
 using Outcome = optim::LossScaler::Outcome;
+
+SLUICE_TEST_RANKS("LossScaler.ScaledBackwardGivesTheGradientsTimesTheScaleBitwise", 1);
 
 TEST(LossScaler, HalvesOnOverflowDoublesAfterAWindowAndStopsAtOne) {
   optim::LossScaler s(4, 3);
@@ -51,10 +55,6 @@ TEST(LossScaler, RefusesScalesThatAreNotPowersOfTwo) {
   EXPECT_THROW(s.restore(8, -1), OptimError);
 }
 
-torch::Tensor lossFn(const torch::Tensor& logits, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
-}
-
 // One step of a 1-stage tiny GPT (dropout on) under `schedule`: the loss and
 // every parameter's gradient, with the backward seeded by `scale`.
 std::pair<double, std::vector<torch::Tensor>> gradients(const std::string& schedule, double scale) {
@@ -64,8 +64,8 @@ std::pair<double, std::vector<torch::Tensor>> gradients(const std::string& sched
   models::Gpt gpt(options);
   auto graph = test::captureGpt(gpt, 2, 8);
   auto stage = splitGraph(graph, {}).at(0);
-  pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), Communicator::world(),
-                               pipeline::makeSchedule(schedule, 1, 2), lossFn);
+  pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), test::world(),
+                               pipeline::makeSchedule(schedule, 1, 2), test::tokenCrossEntropy);
   worker.setLossScale(scale);
   auto gen = at::detail::createCPUGenerator(11);
   auto tokens = torch::randint(0, 64, {4, 9}, gen, torch::kLong);

@@ -7,10 +7,12 @@
 #include <fstream>
 #include <map>
 
+#include "core/Capture.h"
 #include "core/Error.h"
 #include "memory/SavedTensorHooks.h"
 #include "partition/ContextTiming.h"
 #include "partition/Profile.h"
+#include "partition/Profiler.h"
 #include "partition/Segments.h"
 #include "tests/TestUtil.h"
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "core/Capture.h"
 #include "core/Communicator.h"
 #include "partition/Plan.h"
 #include "partition/Refill.h"

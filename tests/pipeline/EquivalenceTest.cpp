@@ -16,24 +16,27 @@
 
 #include <cstdio>
 
+#include "core/Capture.h"
 #include "core/Communicator.h"
 #include "core/Device.h"
 #include "core/GraphSplit.h"
 #include "core/RandomStream.h"
 #include "memory/SavedTensorHooks.h"
 #include "partition/Plan.h"
+#include "partition/Profiler.h"
 #include "pipeline/RankWorker.h"
 #include "pipeline/ScheduleKinds.h"
+#include "tests/Ranks.h"
 #include "tests/TestUtil.h"
 
 namespace sluice {
 namespace {
 
-constexpr int kSteps = 10, kMicroBatches = 4, kMicroBatchSize = 2, kSeq = 8, kSeed = 1234;
+SLUICE_TEST_RANKS("Equivalence", 2);
+SLUICE_TEST_RANKS("Equivalence.DropoutDrawsTheSameOnEveryLayout", 2, 3);
+SLUICE_TEST_RANKS("CudaEquivalence", 2);
 
-torch::Tensor lossFn(const torch::Tensor& logits, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
-}
+constexpr int kSteps = 10, kMicroBatches = 4, kMicroBatchSize = 2, kSeq = 8, kSeed = 1234;
 
 std::vector<pipeline::MicroBatch> batchFor(int step, int64_t vocab, const c10::Device& device = c10::kCPU) {
   auto gen = at::detail::createCPUGenerator(kSeed * 1000 + step);
@@ -59,7 +62,7 @@ std::vector<double> referenceLosses(const c10::Device& device = c10::kCPU) {
     opt.zero_grad();
     double total = 0;
     for (auto& mb : batchFor(step, 64, device)) {
-      auto loss = lossFn(gpt->forward(mb.input), mb.target) / kMicroBatches;
+      auto loss = test::tokenCrossEntropy(gpt->forward(mb.input), mb.target) / kMicroBatches;
       loss.backward();
       total += loss.item<double>();
     }
@@ -127,7 +130,7 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   auto stages = splitGraph(graph, cuts);
   auto& stage = stages.at(comm.rank());
   pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), comm,
-                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches, 1, costs), lossFn,
+                               pipeline::makeSchedule(schedule, comm.size(), kMicroBatches, 1, costs), test::tokenCrossEntropy,
                                ExecMode::Eager, {}, device);
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
   std::vector<double> losses;
@@ -151,7 +154,7 @@ void expectSameLosses(const std::vector<double>& got, const std::vector<double>&
 }
 
 TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
-  auto world = Communicator::world();
+  auto world = test::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   auto ref = referenceLosses();
   EXPECT_LT(ref.back(), ref.front()) << "the reference run should learn something";
@@ -191,7 +194,7 @@ std::vector<double> interleavedLosses(const Communicator& comm, int chunks, cons
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
   for (int s : schedule.placement().stagesOf(comm.rank())) {
     mine.push_back(std::make_unique<pipeline::StageWorker>(stages[s], tensorsByName(*gpt, stages[s].paramInputs), comm,
-                                                           schedule, lossFn, ExecMode::Eager, links, device));
+                                                           schedule, test::tokenCrossEntropy, ExecMode::Eager, links, device));
   }
   pipeline::RankWorker worker(std::move(mine));
   EXPECT_EQ(worker.size(), static_cast<size_t>(chunks));
@@ -207,7 +210,7 @@ std::vector<double> interleavedLosses(const Communicator& comm, int chunks, cons
 }
 
 TEST(Equivalence, InterleavedMatchesSingleProcessAdamW) {
-  auto world = Communicator::world();
+  auto world = test::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   auto ref = referenceLosses();
   auto two = interleavedLosses(world, 2);
@@ -246,7 +249,7 @@ std::vector<double> dropoutLosses(const Communicator& comm, const std::string& s
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
   for (int s : plan.placement().stagesOf(comm.rank())) {
     mine.push_back(std::make_unique<pipeline::StageWorker>(stages[s], tensorsByName(*gpt, stages[s].paramInputs), comm,
-                                                           plan, lossFn, ExecMode::Eager, links));
+                                                           plan, test::tokenCrossEntropy, ExecMode::Eager, links));
   }
   pipeline::RankWorker worker(std::move(mine));
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
@@ -269,7 +272,7 @@ std::vector<double> dropoutLosses(const Communicator& comm, const std::string& s
 // the same order, a cut only moves a value between ranks. The masks are
 // real: the losses differ from the same training without dropout.
 TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
-  auto world = Communicator::world();
+  auto world = test::world();
   const auto ref = dropoutLosses(Communicator::self(), "1f1b", 1);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
   EXPECT_NE(ref.front(), referenceLosses().front()) << "dropout 0.2 left the first loss unchanged";
@@ -298,7 +301,7 @@ TEST(Equivalence, DropoutDrawsTheSameOnEveryLayout) {
 // 0.2): split, interleaved and V schedules cut the fused graph anywhere by
 // parameter bytes, and every layout gives bitwise the losses of 1 stage.
 TEST(Equivalence, FusedAttentionWithDropoutIsBitwiseOnEveryLayout) {
-  auto world = Communicator::world();
+  auto world = test::world();
   const auto ref = dropoutLosses(Communicator::self(), "1f1b", 1, 0.0);
   ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
   EXPECT_NE(ref, dropoutLosses(Communicator::self(), "1f1b", 1, 0.2)) << "the attention dropout changed nothing";
@@ -343,7 +346,7 @@ TEST(CudaEquivalence, OneAndTwoStagesOnOneGpuMatchSingleProcessAdamW) {
 // The same contract for splits that come from plan files: a plan for the cut
 // inside block 0, and the partitioner's own optimum.
 TEST(Equivalence, PlansMatchSingleProcessAdamW) {
-  auto world = Communicator::world();
+  auto world = test::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   auto ref = referenceLosses();
   auto inside = pipelineLosses(world, "1f1b", Split::PlanInsideBlock);
@@ -360,7 +363,7 @@ TEST(Equivalence, PlansMatchSingleProcessAdamW) {
 // 1F1B split (it cuts between blocks: stage 1's first layer norm saves the
 // residual it receives, which counting inputs would add).
 TEST(Equivalence, MeasuredSavedActivationsAreThePlansPrediction) {
-  auto world = Communicator::world();
+  auto world = test::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   torch::manual_seed(kSeed);
   models::Gpt gpt(test::tinyGpt(2));
@@ -369,7 +372,7 @@ TEST(Equivalence, MeasuredSavedActivationsAreThePlansPrediction) {
   auto stages = splitGraph(graph, plan.cuts());
   auto& stage = stages.at(world.rank());
   pipeline::StageWorker worker(stage, tensorsByName(*gpt, stage.paramInputs), world,
-                               pipeline::makeSchedule("1f1b", 2, kMicroBatches, 1, nullptr), lossFn);
+                               pipeline::makeSchedule("1f1b", 2, kMicroBatches, 1, nullptr), test::tokenCrossEntropy);
   memory::LiveSavedBytes live;
   for (auto& t : gpt->parameters()) live.exclude(t);
   for (auto& t : gpt->buffers()) live.exclude(t);

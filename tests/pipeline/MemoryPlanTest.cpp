@@ -12,25 +12,27 @@
 
 #include <random>
 
+#include "core/Capture.h"
 #include "core/Communicator.h"
 #include "core/Device.h"
 #include "core/GraphSplit.h"
 #include "partition/BaselineCuts.h"
 #include "partition/CostModel.h"
 #include "partition/Profile.h"
+#include "partition/Profiler.h"
 #include "partition/Segments.h"
 #include "pipeline/RankWorker.h"
 #include "pipeline/StageWorker.h"
+#include "tests/Ranks.h"
 #include "tests/TestUtil.h"
 
 namespace sluice {
 namespace {
 
-constexpr int kSteps = 10, kMicroBatches = 4, kMicroBatchSize = 2, kSeq = 8, kSeed = 4321;
+SLUICE_TEST_RANKS("MemoryPlanExactness", 2);
+SLUICE_TEST_RANKS("CudaMemoryPlanExactness", 2);
 
-torch::Tensor lossFn(const torch::Tensor& logits, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
-}
+constexpr int kSteps = 10, kMicroBatches = 4, kMicroBatchSize = 2, kSeq = 8, kSeed = 4321;
 
 // Learnable sequences (each row counts up by 3 from a random start), so the
 // reference run's loss visibly falls.
@@ -136,7 +138,7 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
   for (int s : plan.placement().stagesOf(comm.rank())) {
     auto& stage = stages.at(s);
     mine.push_back(std::make_unique<pipeline::StageWorker>(stage, tensorsByName(*gpt, stage.paramInputs), comm, plan,
-                                                           lossFn, ExecMode::Eager, links, device));
+                                                           test::tokenCrossEntropy, ExecMode::Eager, links, device));
     int freed = 0;
     mine.back()->setMemoryPlan(planFor(kind, storages, stage, &freed), "", rankEngine);
     EXPECT_TRUE(kind == Kind::Keep || kind == Kind::RecomputeAll || freed > 0)
@@ -182,7 +184,7 @@ void expectBitwiseEqual(const Run& got, const Run& want, const std::string& what
 }
 
 TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
-  auto world = Communicator::world();
+  auto world = test::world();
   ASSERT_EQ(world.size(), 2) << "run under mpirun -np 2";
   const auto single = train(Communicator::self(), "1f1b", Kind::Keep);  // 1 process, 1 stage
   ASSERT_EQ(single.losses.size(), static_cast<size_t>(kSteps));

@@ -1,0 +1,106 @@
+// The `sluice` command line and the checks main.cpp makes before anything
+// starts: flags of another command, an unknown command, each command's help,
+// a hostfile read from disk, a missing trace, a checkpoint.dir that is a file.
+// (main.cpp turns each ConfigError into its message and exit 2;
+// tests/cli/bad_config.sh checks that on the real binary for a few of them.)
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/Error.h"
+#include "launcher/CommandLine.h"
+#include "launcher/Config.h"
+#include "launcher/Hostfile.h"
+#include "launcher/OutputLock.h"
+#include "launcher/TimelineSvg.h"
+
+namespace sluice {
+namespace {
+
+constexpr auto npos = std::string::npos;
+
+// parseCommandLine's ConfigError, or "" when it parsed.
+std::string errorOfArgs(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  try {
+    parseCommandLine(static_cast<int>(argv.size()), argv.data());
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <class F>
+std::string configErrorOf(F f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void writeFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(CommandLine, AFlagOfAnotherCommandIsRefusedNamingTheCommand) {
+  EXPECT_NE(errorOfArgs({"sluice", "train", "c.yaml", "--budget-mb", "10"})
+                .find("sluice: train does not take --budget-mb (another command does"),
+            npos);
+  EXPECT_NE(errorOfArgs({"sluice", "train", "c.yaml", "-o", "x.pb"}).find("sluice: train does not take -o"), npos);
+  EXPECT_NE(errorOfArgs({"sluice", "frobnicate", "c.yaml"}).find("sluice: unknown command 'frobnicate'"), npos);
+  EXPECT_EQ(errorOfArgs({"sluice", "partition", "c.yaml", "--profile", "p.pb", "-o", "x.pb", "--budget-mb", "10"}), "");
+}
+
+TEST(CommandLine, EachCommandsHelpNamesItsOwnFlags) {
+  std::vector<std::string> args{"sluice", "partition", "--help"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  const auto parsed = parseCommandLine(static_cast<int>(argv.size()), argv.data());
+  const std::string help = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(parsed) << "help is printed, not a command to run";
+  EXPECT_TRUE(help.rfind("Usage: sluice partition ", 0) == 0 || help.find("\nUsage: sluice partition ") != npos) << help;
+  EXPECT_NE(help.find("--budget-mb"), npos) << help;
+  EXPECT_EQ(help.find("--trace"), npos) << "partition's help lists train's --trace:\n" << help;
+}
+
+// readHostfile names the file (parseHostfile's line errors: ClusterLaunchTest).
+TEST(Hostfile, FilesAreNamedInTheirErrors) {
+  const std::string dir = testing::TempDir();
+  writeFile(dir + "empty_hosts", "");
+  writeFile(dir + "dup_hosts", "h1 slots=1\nh2 slots=1\nh1 slots=1\n");
+  writeFile(dir + "zero_hosts", "h1 slots=2\nh2 slots=0\n");
+  writeFile(dir + "key_hosts", "h1 slots=2 gpus=4\n");
+  const auto error = [](const std::string& path) { return configErrorOf([&] { readHostfile(path); }); };
+  EXPECT_NE(error(dir + "nope_hosts").find("hostfile error: " + dir + "nope_hosts does not exist"), npos);
+  EXPECT_NE(error(dir + "empty_hosts").find("hostfile error: " + dir + "empty_hosts lists no hosts"), npos);
+  EXPECT_NE(error(dir + "dup_hosts").find("hostfile error: " + dir + "dup_hosts:3: host h1 is listed twice"), npos);
+  EXPECT_NE(error(dir + "zero_hosts").find("hostfile error: " + dir + "zero_hosts:2: slots must be >= 1 for host h2, got 0"),
+            npos);
+  EXPECT_NE(error(dir + "key_hosts").find("hostfile error: " + dir + "key_hosts:1: unknown entry 'gpus=4'"), npos);
+}
+
+TEST(TraceShow, AMissingTraceIsNamed) {
+  const std::string path = testing::TempDir() + "nope.json";
+  EXPECT_NE(configErrorOf([&] { timelineSvg(path); }).find("the trace '" + path + "' does not exist"), npos);
+}
+
+// A checkpoint.dir that is a file is found when the job locks its outputs,
+// before any work; the output folder that lock made is gone again.
+TEST(OutputLock, ACheckpointDirThatIsAFileIsRefusedAndNothingStays) {
+  const std::string dir = testing::TempDir();
+  writeFile(dir + "a_file", "");
+  auto config = Config::fromYamlText("job: {output_dir: " + dir + "out}\nmodel: {name: gpt}\n",
+                                     {"checkpoint.interval=5", "checkpoint.dir=" + dir + "a_file"});
+  EXPECT_NE(configErrorOf([&] { lockJobOutputs(config); })
+                .find("checkpoint.dir '" + dir + "a_file' is a file, not a directory"),
+            npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "out")) << "the refused job left its output folder";
+}
+
+}  // namespace
+}  // namespace sluice
