@@ -40,6 +40,9 @@ printf 'h1 slots=1\nh2 slots=1\nh1 slots=1\n' >"$TMP/dup_hosts"
 expect_failure hostfile_duplicate "hostfile error: $TMP/dup_hosts:3: host h1 is listed twice" "$out" -- \
   "$SLUICE" launch "$cfg" "${two[@]}" --hostfile "$TMP/dup_hosts"
 [ "$FAILURE_RC" -eq 2 ] || fail "hostfile_duplicate: exit $FAILURE_RC, expected 2"
+printf 'h1 slots=1\n' >"$TMP/small_hosts"
+expect_failure hostfile_too_small "= 2 ranks, but the hostfile has 1 = 1 slots on 1 host" "$out" -- \
+  "$SLUICE" launch "$cfg" "${two[@]}" --hostfile "$TMP/small_hosts"
 expect_failure launch_without_hosts "mpirun needs the hosts: set cluster.hostfile or pass --hostfile" "$out" -- \
   "$SLUICE" launch "$cfg" "${two[@]}" --set cluster.launcher=mpirun
 # A 2-host hostfile: --dry-run prints the exact mpirun command and writes nothing.
