@@ -3,18 +3,11 @@
 #include <cmath>
 #include <limits>
 
+#include "models/Dropout.h"
+
 namespace sluice::models {
 
 namespace nn = torch::nn;
-
-namespace {
-
-// Dropout as GPT-2 uses it; no node at all when p is 0.
-torch::Tensor maybeDropout(const torch::Tensor& x, double p, bool training) {
-  return p > 0 ? torch::dropout(x, p, training) : x;
-}
-
-}  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptOptions& o)
     : heads_(o.heads), embd_(o.embd), dropout_(o.dropout), attnDropout_(o.attentionDropout()) {

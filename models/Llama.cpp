@@ -3,15 +3,13 @@
 #include <cmath>
 #include <limits>
 
+#include "models/Dropout.h"
+
 namespace sluice::models {
 
 namespace nn = torch::nn;
 
 namespace {
-
-torch::Tensor maybeDropout(const torch::Tensor& x, double p, bool training) {
-  return p > 0 ? torch::dropout(x, p, training) : x;
-}
 
 // The rotation of each pair (x_i, x_{i + d/2}) by RoPE's angle: [-x2, x1].
 torch::Tensor rotateHalf(const torch::Tensor& x) {

@@ -28,6 +28,9 @@
 
 namespace sluice {
 namespace {
+// Its own scope: the tests build in unity batches, and EquivalenceTest.cpp's
+// helpers have the same names (kSteps, batchFor).
+namespace memory_plan_test {
 
 SLUICE_TEST_RANKS("MemoryPlanExactness", 2);
 SLUICE_TEST_RANKS("CudaMemoryPlanExactness", 2);
@@ -243,5 +246,6 @@ TEST(CudaMemoryPlanExactness, PinnedHostSwapAndRecomputeEqualKeepAllBitwise) {
   }
 }
 
+}  // namespace memory_plan_test
 }  // namespace
 }  // namespace sluice
