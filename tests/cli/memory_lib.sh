@@ -6,7 +6,7 @@
 # says so when asked for less; with several stages per rank, the smallest
 # with equal shares: Note [rank budget]), in whole MiB rounded up, plus 1.
 smallest_budget() {
-  { "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 1 "$@" 2>&1 || true; } |
+  { "$SLUICE" partition "$CFG" "${drop[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.$BASHPID.pb" --budget-mb 1 "$@" 2>&1 || true; } |
     grep -o "budget that fits is [0-9.]* MiB" | awk '{ x = $(NF - 1); b = int(x); if (b < x) b++; print b + 1 }'
 }
 plan() {  # plan NAME [args...]

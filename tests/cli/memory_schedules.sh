@@ -32,15 +32,41 @@ check_window() {
 
 # The profile memory.sh plans from too (lib.sh shared_profile).
 cp "$(shared_profile quickstart_dropout)" "$TMP/prof.pb"
-declare -A smallest=()  # the smallest budget with equal shares, per schedule (a partition run each)
+# in_pairs FUNCTION ARG...: FUNCTION ARG for each ARG, two at a time (a
+# partition run is one thread, and CTest gives this test both cores); fails
+# when any does.
+in_pairs() {
+  local f=$1 pids=() a rc=0
+  shift
+  for a in "$@"; do
+    "$f" "$a" &
+    pids+=($!)
+    if [ ${#pids[@]} -eq 2 ]; then wait "${pids[0]}" || rc=1; pids=("${pids[@]:1}"); fi
+  done
+  for a in "${pids[@]}"; do wait "$a" || rc=1; done
+  return $rc
+}
+# The planner's runs first (most of this test's time): each schedule's smallest
+# budget with an equal share per stage, the plans that swap at it and, for zbv
+# and interleaved, the plans at 85% of it (Note [rank budget], partition/Plan.cpp).
+schedules=(interleaved-zb zbv zb-h1 interleaved)  # the longest searches first
+smallest_of() { smallest_budget --set pipeline.schedule="$1" >"$TMP/smallest_$1" || fail "$1: smallest budget"; }
+swap_plan() { plan_from swap_$1 "$(cat "$TMP/smallest_$1")" --set pipeline.schedule="$1" >"$TMP/budget_$1"; }
+rank_plan() { plan rank_$1 --budget-mb "$(($(cat "$TMP/smallest_$1") * 85 / 100))" --set pipeline.schedule="$1"; }
+in_pairs smallest_of "${schedules[@]}" || fail "finding the smallest budgets"
+for schedule in "${schedules[@]}"; do
+  [ -n "$(cat "$TMP/smallest_$schedule")" ] || fail "$schedule: partition does not name the smallest budget that fits"
+done
+in_pairs swap_plan "${schedules[@]}" || fail "planning at the smallest budgets"
+in_pairs rank_plan zbv interleaved || fail "planning at 85% of the smallest budgets"
+
 for schedule in zb-h1 interleaved interleaved-zb zbv; do
   s=(--set pipeline.schedule=$schedule)
   plan keep_$schedule "${s[@]}"
   train keep_$schedule "$TMP/keep_$schedule.pb" "${s[@]}"
   check_memory keep_$schedule 0
 
-  smallest[$schedule]=$(smallest_budget "${s[@]}")
-  budget=$(plan_from swap_$schedule "${smallest[$schedule]}" "${s[@]}")
+  budget=$(cat "$TMP/budget_$schedule")
   grep -qE "^  stage .* swap$" "$TMP/swap_$schedule.plan.log" ||
     { cat "$TMP/swap_$schedule.plan.log"; fail "$schedule: the $budget MiB plan swaps nothing"; }
   [ $schedule = zb-h1 ] || check_window swap_$schedule "$budget"
@@ -56,9 +82,8 @@ done
 # allocation beyond the budget fails), the losses those of keeping everything.
 for schedule in zbv interleaved; do
   s=(--set pipeline.schedule=$schedule)
-  equal=${smallest[$schedule]}
+  equal=$(cat "$TMP/smallest_$schedule")
   budget=$((equal * 85 / 100))
-  plan rank_$schedule --budget-mb "$budget" "${s[@]}"
   grep -q "^  rank 0 (stages .*): predicted peak .* of its $budget.00 MiB budget" "$TMP/rank_$schedule.plan.log" ||
     { cat "$TMP/rank_$schedule.plan.log"; fail "$schedule: no rank peak against the budget in the plan"; }
   train rank_$schedule "$TMP/rank_$schedule.pb" "${s[@]}" --set memory.budget_mb="$budget" --set memory.hard_limit=true
