@@ -54,6 +54,7 @@ struct Parser {
     partition->add_option("--budget-mb", args.budgetMb, "memory per stage in MiB (default: memory.budget_mb)");
     partition->add_option("--method", args.method,
                           choiceNames(partition::partitionMethods()) + " (default: pipeline.partition.method)");
+    addSimulate();
     auto* exporter = command("export", "a checkpoint's weights: a TorchScript model (model.name: torchscript; "
                                        "torch.jit.load) or a safetensors file (any model; safetensors.torch.load_file, model.weights)");
     withConfig(exporter);
@@ -76,6 +77,42 @@ struct Parser {
     show->add_option("TRACE", args.config, "trace.json")->required();
     show->add_option("-o", args.output, "the SVG file to write")->required();
     command("version", "the same as --version");
+  }
+
+  void addSimulate() {
+    auto* c = command("simulate", "the step of a cluster you have not rented: partition a profile for it (or take "
+                                  "stage times), simulate the schedules, print step time, bubble, memory and the "
+                                  "critical path; start no rank");
+    withConfig(c);
+    auto& s = args.simulate;
+    c->add_option("--profile", args.profile, "the profile from `sluice profile` (with CONFIG)");
+    c->add_option("--stage-times", s.stageTimes, "instead of CONFIG and --profile: per stage forward, input-"
+                                                 "gradient and weight-gradient backward, in ms (one triple for "
+                                                 "every stage, or one per stage separated by ;)")
+        ->type_name("F,B,W[;F,B,W...]");
+    c->add_option("--transfer-ms", s.transferMs, "with --stage-times: one boundary message's time (default 0)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--schedule", s.schedule, "a schedule or auto: every candidate (pipeline.schedule)");
+    c->add_option("--ranks", s.ranks, "pipeline ranks p (pipeline.stages)")->check(CLI::Range(1, 1 << 16));
+    c->add_option("--micro-batches", s.microBatches, "micro-batches m per step (pipeline.microbatches)")
+        ->check(CLI::Range(1, 1 << 20));
+    c->add_option("--chunks", s.chunks, "stages per rank under interleaved schedules (pipeline.chunks)")
+        ->check(CLI::Range(1, 64));
+    c->add_option("--link-gbps", s.linkGBps, "the point-to-point link's bandwidth in GB/s (default: the profile's)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--latency-us", s.latencyUs, "the link's latency in microseconds (default: the profile's)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--collective-gbps", s.collectiveGBps,
+                  "with pipeline.data_parallel > 1: the bandwidth of DistAdam's reduce-scatters and all-gathers "
+                  "in GB/s (default: the link's)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--memory-gb", s.memoryGb, "device memory per rank in GB (memory.budget_mb)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--speed", s.speed, "the device's speed over the profile's: its times are divided by it "
+                                      "(default 1, the profile's own device)")
+        ->check(CLI::PositiveNumber);
+    c->add_option("--trace", s.trace, "write the chosen schedule's simulated step as a trace (trace.json format: "
+                                      "`sluice trace show`, Perfetto)");
   }
 
   CLI::App* command(const std::string& name, const std::string& summary) {
@@ -155,7 +192,8 @@ std::optional<CommandLine> parseCommandLine(int argc, char** argv) {
     throw ConfigError("sluice: unexpected argument '" + first + "'\n\n" + command->help("sluice"));
   }
   if (p.trace) a.overrides.push_back("logging.trace=true");
-  const bool needsConfig = a.command != "version" && a.command != "plan" && a.command != "trace";
+  const bool needsConfig = a.command != "version" && a.command != "plan" && a.command != "trace" &&
+                           !(a.command == "simulate" && !a.simulate.stageTimes.empty());
   if (needsConfig && a.config.empty()) {
     throw ConfigError("sluice: " + a.command + " needs a CONFIG file\n\n" + command->help("sluice"));
   }

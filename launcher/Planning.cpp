@@ -106,6 +106,22 @@ partition::PlanSettings planSettings(const Config& c) {
   return s;
 }
 
+std::vector<std::string> autoCandidates(int stages, int chunks, int cuts) {
+  // Interleaved ones where the config allows them (pipeline.chunks > 1,
+  // Config.h) and the cuts, if given, are for them.
+  const bool cutsForInterleaved = cuts == 0 || cuts == stages * chunks - 1;
+  std::vector<const pipeline::ScheduleKind*> kinds;
+  for (auto& k : pipeline::scheduleKinds()) {
+    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
+      kinds.push_back(&k);
+    }
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
+  std::vector<std::string> out;
+  for (auto* k : kinds) out.push_back(k->name);
+  return out;
+}
+
 partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
                             const std::vector<int>& cuts, std::string* why) {
   const int chunks = settings.chunks;
@@ -116,18 +132,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
                         : partition::planForCuts(graph, profile, settings, cuts);
   };
   if (settings.schedule != "auto") return plan(settings.schedule);
-  // The table's candidates in their order; interleaved ones where the config
-  // allows them (pipeline.chunks > 1, Config.h) and the cuts, if given, are for them.
-  const bool cutsForInterleaved = cuts.empty() || static_cast<int>(cuts.size()) == settings.stages * chunks - 1;
-  std::vector<const pipeline::ScheduleKind*> kinds;
-  for (auto& k : pipeline::scheduleKinds()) {
-    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
-      kinds.push_back(&k);
-    }
-  }
-  std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
-  std::vector<std::string> candidates;
-  for (auto* k : kinds) candidates.push_back(k->name);
+  const auto candidates = autoCandidates(settings.stages, chunks, static_cast<int>(cuts.size()));
   std::optional<partition::Plan> best;
   std::ostringstream report, failures;
   report.precision(1);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/Communicator.h"
 #include "core/OpGraph.h"
@@ -31,12 +32,16 @@ namespace sluice {
 partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph,
                                 const Communicator& comm);
 partition::PlanSettings planSettings(const Config& config);
+// pipeline.schedule auto's candidates, in the table's order (autoOrder):
+// the interleaving ones only with chunks > 1 and `cuts` (the count of
+// pipeline.cuts, 0: none) for stages x chunks pieces, zbv only with 2 chunks.
+std::vector<std::string> autoCandidates(int stages, int chunks, int cuts);
 // The plan for these settings (for `cuts` when not empty). With
-// pipeline.schedule auto (settings.schedule "auto"), plans for 1f1b, zb-h1
-// and gpipe (and interleaved with settings.chunks stages per rank, when
-// chunks > 1) and keeps the one with the smallest predicted step time among
-// those that fit the budget (ties: the earlier, so 1f1b before gpipe, which
-// holds more); `why` (if given) says what each was predicted and why this one.
+// pipeline.schedule auto (settings.schedule "auto"), plans for each of
+// autoCandidates (the interleaving ones with settings.chunks stages per rank)
+// and keeps the one with the smallest predicted step time among those that
+// fit the budget (ties: the earlier, so 1f1b before gpipe, which holds
+// more); `why` (if given) says what each was predicted and why this one.
 partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
                             const std::vector<int>& cuts, std::string* why = nullptr);
 // The schedule a job runs: pipeline.schedule, or with auto the plan's choice (1f1b without a plan).

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/Files.h"
+#include "launcher/TraceFile.h"
 #include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
@@ -18,16 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr int kRounds = 8;
 constexpr int kTag = 15990;  // below the communicator's limit, above the pipeline's tags
-const char* kStreams[] = {"compute", "recv", "send", "io", "collective", "step"};
-constexpr int kStreamCount = sizeof(kStreams) / sizeof(kStreams[0]);
-
-int streamId(const std::string& stream) {
-  for (int i = 0; i < kStreamCount; ++i) {
-    if (stream == kStreams[i]) return i;
-  }
-  return 0;
-}
-
 // This rank's clock minus rank 0's, in microseconds (0 on rank 0).
 double clockOffsetUs(const Communicator& world) {
   const TensorSpec one{{1}, torch::kDouble};
@@ -153,44 +144,20 @@ TimelineResult writeTimeline(const Communicator& world, const TraceRecorder& tra
   TimelineResult result;
   result.summary = summarize(world, trace, offset, stage, stages, plan);
   const int rank = world.rank();
-  // The Chrome trace-event format: metadata naming the process and its
-  // streams, then one complete ("X") event per recorded interval.
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  auto meta = [&](const char* name, nlohmann::ordered_json args, int tid) {
-    nlohmann::ordered_json e{{"name", name}, {"ph", "M"}, {"pid", rank}};
-    if (tid >= 0) e["tid"] = tid;
-    e["args"] = std::move(args);
-    events.push_back(std::move(e));
-  };
-  meta("process_name", {{"name", processName}}, -1);
-  meta("process_sort_index", {{"sort_index", rank}}, -1);
-  for (int i = 0; i < kStreamCount; ++i) meta("thread_name", {{"name", kStreams[i]}}, i);
-  for (const auto& e : trace.events()) {
-    nlohmann::ordered_json args{{"step", e.step}};
-    if (e.microBatch >= 0) args["micro_batch"] = e.microBatch;
-    // Microseconds to the nanosecond, as before: the viewers need no more.
-    events.push_back({{"name", e.name},
-                      {"cat", e.category},
-                      {"ph", "X"},
-                      {"pid", rank},
-                      {"tid", streamId(e.stream)},
-                      {"ts", std::round((e.startUs - offset) * 1e3) / 1e3},
-                      {"dur", std::round(e.durUs * 1e3) / 1e3},
-                      {"args", std::move(args)}});
-  }
+  const auto events = traceProcessEvents(rank, processName, trace.events(), offset);
   const fs::path part = fs::path(outDir) / ("trace.rank_" + std::to_string(rank) + ".part");
   writeFileAtomically(part.string(), events.dump());
   world.barrier();
   std::string& path = result.path;
   if (rank == 0) {
-    nlohmann::ordered_json all{{"displayTimeUnit", "ms"}, {"traceEvents", nlohmann::ordered_json::array()}};
+    std::vector<nlohmann::ordered_json> parts;
     for (int r = 0; r < world.size(); ++r) {
       const fs::path p = fs::path(outDir) / ("trace.rank_" + std::to_string(r) + ".part");
-      for (auto& e : nlohmann::ordered_json::parse(readFile(p.string()))) all["traceEvents"].push_back(std::move(e));
+      parts.push_back(nlohmann::ordered_json::parse(readFile(p.string())));
       fs::remove(p);
     }
     path = (fs::path(outDir) / "trace.json").string();
-    writeFileAtomically(path, all.dump() + "\n");
+    writeFileAtomically(path, traceFileText(std::move(parts)));
   }
   world.barrier();
   return result;

@@ -34,6 +34,7 @@
 #include "launcher/OutputLock.h"
 #include "launcher/Planning.h"
 #include "launcher/SafeTensors.h"
+#include "launcher/Simulate.h"
 #include "launcher/Supervisor.h"
 #include "launcher/TimelineSvg.h"
 #include "launcher/Trainer.h"
@@ -364,6 +365,7 @@ int main(int argc, char** argv) {
     if (a.command == "graph") return runGraph(a);
     if (a.command == "profile") return runProfile(a, argc, argv);
     if (a.command == "partition") return runPartition(a);
+    if (a.command == "simulate") return sluice::runSimulate(a);
     if (a.command == "export") return runExport(a);
     throw sluice::ConfigError("sluice: unknown command '" + a.command + "'\n\n" + sluice::commandLineUsage());
   } catch (const sluice::ConfigError& e) {

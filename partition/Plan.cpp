@@ -16,7 +16,7 @@
 #include "partition/PlanBuild.h"
 #include "partition/Refill.h"
 #include "partition/Segments.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
 
 namespace sluice::partition {
 

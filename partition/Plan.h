@@ -34,7 +34,7 @@
 #include "partition/PartitionMethod.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
 
 namespace sluice::partition {
 
@@ -105,6 +105,10 @@ struct Plan {
   double opLevelStepTime = 0, minOpLevelGain = 0;
   // The wait after which the stages' refill shares apply in full (0: none measured).
   double refillWaitSeconds = 0;
+  // What the step is simulated on under any schedule (`sluice simulate`):
+  // each stage's forward, backward, input- and weight-gradient backward and
+  // the one-way message time. Set by makePlan and planForCuts; not saved.
+  pipeline::ScheduleCosts simulatedCosts;
 
   // The costs the zero-bubble schedules are fitted to (pipeline::makeSchedule):
   // what the plan's step time was simulated with. Empty for other schedules

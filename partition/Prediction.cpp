@@ -15,7 +15,7 @@
 #include "core/GraphSplit.h"
 #include "partition/Refill.h"
 #include "partition/Segments.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
 
 namespace sluice::partition {
 namespace {
@@ -251,6 +251,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.refillWaitSeconds = refill.waitSeconds;
   const auto costs = fittedCosts(st, profile, part, problem);  // recorded: training fits its schedule to them too
   if (costs) plan.scheduleComm = costs->comm;
+  plan.simulatedCosts = scheduleCostsOf(profile, part, problem);
   double busy = 0;
   for (auto& s : part.stages) {
     PlanStage ps;

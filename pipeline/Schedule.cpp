@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include "core/Error.h"
 #include "pipeline/ScheduleKinds.h"
@@ -143,62 +141,6 @@ bool splitsBackward(const Schedule& schedule) {
     }
   }
   return false;
-}
-
-double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, double comm) {
-  return simulateStepWithRefill(s, times, comm, RefillCosts{}).stepTime;
-}
-
-StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<StageTimes>& times, double comm,
-                                      const RefillCosts& refill) {
-  SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
-               "simulateStep: " << times.size() << " stage times for " << s.stages << " stages");
-  const int ranks = static_cast<int>(s.actions.size());
-  std::vector<size_t> pc(ranks, 0);
-  std::vector<double> clock(ranks, 0);
-  std::vector<double> busyUntil(ranks, 0);  // end of the rank's last compute action
-  StepSimulation out;
-  out.refillSeconds.assign(s.stages, 0);
-  const bool charged = refill.charged();
-  SLUICE_CHECK(!charged || static_cast<int>(refill.share.size()) == s.stages, ScheduleError,
-               "simulateStep: refill shares for " << refill.share.size() << " stages, the schedule has " << s.stages);
-  std::map<std::tuple<int, int, int>, double> sent;  // (from stage, kind, mb) -> time
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < ranks; ++r) {
-      for (; pc[r] < s.actions[r].size(); ++pc[r]) {
-        const Action& a = s.actions[r][pc[r]];
-        const auto& c = times.at(a.stage);
-        if (a.kind == ActionKind::RecvActivation || a.kind == ActionKind::RecvGrad) {
-          const bool act = a.kind == ActionKind::RecvActivation;
-          auto it = sent.find({act ? a.stage - 1 : a.stage + 1,
-                               static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad), a.microBatch});
-          if (it == sent.end()) break;
-          clock[r] = std::max(clock[r], it->second + comm);
-        } else if (a.kind == ActionKind::SendActivation || a.kind == ActionKind::SendGrad) {
-          sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = clock[r];
-        } else {
-          const double t = a.kind == ActionKind::Forward           ? c.forward
-                           : a.kind == ActionKind::Backward        ? c.backward
-                           : a.kind == ActionKind::BackwardInput   ? c.backwardInput
-                                                                   : c.backwardWeight;
-          double extra = 0;
-          if (charged) extra = refill.share[a.stage] * t * std::min(1.0, (clock[r] - busyUntil[r]) / refill.waitSeconds);
-          clock[r] += t + extra;
-          busyUntil[r] = clock[r];
-          out.refillSeconds[a.stage] += extra;
-        }
-        progress = true;
-      }
-    }
-  }
-  double end = 0;
-  for (int r = 0; r < ranks; ++r) {
-    SLUICE_CHECK(pc[r] == s.actions[r].size(), ScheduleError, "simulateStep: schedule '" << s.name << "' deadlocks");
-    end = std::max(end, clock[r]);
-  }
-  out.stepTime = end;
-  return out;
 }
 
 std::string toString(ActionKind kind) {

@@ -118,14 +118,17 @@ Schedule make1F1B(int stages, int microBatches);
 // Zero-bubble ZB-H1 (Qi et al., ICLR 2024): backward split into
 // BackwardInput (B) and BackwardWeight (W); B runs as soon as its gradient is
 // there (it is what the previous stage waits for), W fills time that would be
-// bubble. Built by list-scheduling in time with unit costs (F = B = W = 1,
-// except stage 0, whose inputs are data: B = 0, W = 2): a free stage runs a
-// ready B, else the next F if its memory allows, else the oldest pending W,
-// else it waits for the next input on its way. Memory: at most min(p - s, m) micro-batches between F and B
-// (1F1B's), and at most min(p, m) between F and W (1F1B's peak, that of
-// stage 0), so no stage holds more than 1F1B's most loaded stage.
-// With `costs` (the plan's stage times): list-scheduled again with those
-// times, holding no rank more pieces between F and B, F and W, or B and W
+// bubble. Without costs, the paper's order: stage s runs min(p - s, m)
+// forwards, then for each micro-batch j its B, the W of micro-batch j - s
+// (later stages hold their Ws longer, into what would be the drain's bubble)
+// and its next forward, then the Ws left. With equal stages and W <= F its
+// bubble is (p - 1)(F + B - W), a third of 1F1B's when F = B = W
+// (ScheduleSimulationTest). Memory: at most min(p - s, m) micro-batches
+// between F and B (1F1B's), and at most min(p, m) between F and W (1F1B's
+// peak, that of stage 0), so no stage holds more than 1F1B's most loaded stage.
+// With `costs` (the plan's stage times): list-scheduled in time with those
+// times (a free stage runs a ready B, else the next F if its memory allows,
+// else the oldest pending W, else it waits for the next input), holding no rank more pieces between F and B, F and W, or B and W
 // than the unit-cost schedule does, and kept only when no stage holds more
 // micro-batches (peakInFlight, peakWeightPending) than in the unit-cost one
 // (whose memory the plan predicts) and simulateStep() predicts it faster
@@ -142,8 +145,8 @@ Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* cos
 // rank: at most that warm-up + 1 pieces in flight.
 Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
 // Interleaved zero-bubble: interleaved 1F1B's chunks and piece order with
-// ZB-H1's split backward, list-scheduled as makeZeroBubbleH1 (unit costs; a
-// free rank runs its next backward piece's B when ready, else its next
+// ZB-H1's split backward, list-scheduled in time (unit costs F = B = W = 1,
+// except stage 0, whose inputs are data: B = 0, W = 2; a free rank runs its next backward piece's B when ready, else its next
 // forward piece if memory allows, else its oldest pending W). Memory: the
 // same warm-up + 1 pieces between F and B as interleaved 1F1B, and at most
 // its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
@@ -153,7 +156,7 @@ Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, cons
 // ZB-H1's split backward on two chunks per rank placed in a V (rank r hosts
 // stages r and 2 ranks - 1 - r), so the first and the last stage share rank
 // 0 and each rank's two chunks take their backwards in turn. List-scheduled
-// as makeZeroBubbleH1, but a free rank picks among both its stages' ready
+// as makeInterleavedZeroBubble, but a free rank picks among both its stages' ready
 // pieces: a B whose gradient is there (the older micro-batch first), else a
 // forward whose input is there (chunk 1 first: it completes micro-batches)
 // within memory, else its oldest pending W. Memory: at most 2 ranks pieces
@@ -188,32 +191,7 @@ bool fitsToStageTimes(const std::string& name);
 void appendForward(std::vector<Action>& out, int stage, int stages, int mb);
 void appendBackward(std::vector<Action>& out, int stage, int stages, int mb);
 
-// Note [refill after a wait] (partition/Refill.h): a compute action of stage
-// s that starts after its rank idled for w seconds runs longer by
-// share[s] x its own time x min(1, w / waitSeconds). No shares (or
-// waitSeconds 0): nothing is charged.
-struct RefillCosts {
-  std::vector<double> share;  // per stage (chunk)
-  double waitSeconds = 0;
-  bool charged() const { return waitSeconds > 0 && !share.empty(); }
-};
-
-struct StepSimulation {
-  double stepTime = 0;                // the makespan
-  std::vector<double> refillSeconds;  // per stage: what refill added over the step
-};
-
-// Predicted makespan of one step when every stage takes its StageTimes per
-// micro-batch and a message between stages takes `comm` seconds: each stage
-// runs its actions in order, a receive waits for the peer's send. Used by the
-// cost model to compare schedules.
-// times: one per stage (chunk); a rank runs its stages' actions in its order.
-// A rank is idle from the end of its last compute action (or the step's
-// start) until its next one starts; with `refill`, that idle time lengthens
-// the next action as RefillCosts says.
-double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
-StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
-                                      const RefillCosts& refill);
+// The simulation of a step on stage times: pipeline/ScheduleSimulation.h.
 
 // inFlightLimit (optional, one per stage): also reject a stage whose
 // peakInFlight() exceeds its limit (activation memory).

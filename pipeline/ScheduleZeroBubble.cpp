@@ -1,11 +1,12 @@
 // The zero-bubble schedules (Schedule.h): zb-h1, interleaved-zb and zbv,
-// list-scheduled in time.
+// list-scheduled in time (zb-h1 without costs: the paper's order, by hand).
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <limits>
 
 #include "core/Error.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
 #include "pipeline/ScheduleParts.h"
 
 namespace sluice::pipeline {
@@ -289,11 +290,37 @@ Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const Sch
       costs);
 }
 
+// ZB-H1 in Qi et al.'s order (Schedule.h): stage s runs min(p - s, m)
+// forwards, then per micro-batch j its B, the W of micro-batch j - s and its
+// next forward, then the Ws left.
+Schedule handOrderedZeroBubbleH1(int p, int m) {
+  Schedule s{"zb-h1", p, m, std::vector<std::vector<Action>>(p)};
+  for (int st = 0; st < p; ++st) {
+    auto& out = s.actions[st];
+    const int warmup = std::min(p - st, m);
+    int nextW = 0;
+    for (int mb = 0; mb < warmup; ++mb) appendForward(out, st, p, mb);
+    for (int mb = 0; mb < m; ++mb) {
+      appendBackwardInput(out, st, p, mb);
+      if (mb >= st) out.push_back({ActionKind::BackwardWeight, nextW++, st});
+      if (mb + warmup < m) appendForward(out, st, p, mb + warmup);
+    }
+    for (; nextW < m; ++nextW) out.push_back({ActionKind::BackwardWeight, nextW, st});
+  }
+  return s;
+}
+
 }  // namespace
 
 Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs) {
   checkDims(stages, microBatches);
-  return timedZeroBubble("zb-h1", stages, 1, microBatches, costs);
+  return timedZeroBubble(
+      "zb-h1", stages,
+      [&](const ScheduleCosts* c, const RankCaps* caps) {
+        return c ? listScheduleZeroBubble("zb-h1", stages, 1, microBatches, c, caps)
+                 : handOrderedZeroBubbleH1(stages, microBatches);
+      },
+      costs);
 }
 
 Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs) {

@@ -1,6 +1,7 @@
 #include "pipeline/StageWorker.h"
 
 #include "core/HostSync.h"
+#include "pipeline/ScheduleSimulation.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/variable.h>
@@ -14,6 +15,7 @@
 #include "core/Error.h"
 #include "optim/OptimizerState.h"
 #include "core/HostSync.h"
+#include "pipeline/ScheduleSimulation.h"
 
 namespace sluice::pipeline {
 
@@ -320,27 +322,6 @@ void StageWorker::backward(int mb, InFlight& st) {
   times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++times_.backwards;
 }
-
-namespace {
-
-// The trace's name and stream of an action (core/Trace.h); with several
-// stages per rank the name says which ("F3 s2").
-std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked) {
-  const std::string mb = std::to_string(a.microBatch) + (chunked ? " s" + std::to_string(a.stage) : "");
-  switch (a.kind) {
-    case ActionKind::Forward: return {"F" + mb, "compute"};
-    case ActionKind::Backward: return {"B" + mb, "compute"};
-    case ActionKind::RecvActivation: return {"recv activation " + mb, "recv"};
-    case ActionKind::RecvGrad: return {"recv gradient " + mb, "recv"};
-    case ActionKind::SendActivation: return {"send activation " + mb, "send"};
-    case ActionKind::SendGrad: return {"send gradient " + mb, "send"};
-    case ActionKind::BackwardInput: return {"Bi" + mb, "compute"};
-    case ActionKind::BackwardWeight: return {"W" + mb, "compute"};
-  }
-  return {"?", "compute"};
-}
-
-}  // namespace
 
 void StageWorker::beginStep(const std::vector<MicroBatch>& microBatches) {
   const int m = schedule_.microBatches;

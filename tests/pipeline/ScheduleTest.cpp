@@ -6,7 +6,7 @@
 #include <random>
 
 #include "core/Error.h"
-#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
 #include "pipeline/ScheduleKinds.h"
 
 namespace sluice::pipeline {

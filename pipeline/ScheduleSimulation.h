@@ -1,0 +1,83 @@
+// pipeline::ScheduleSimulation: one optimizer step of a Schedule played out on
+// stage times, with no ranks started (the cost model's step prediction and
+// `sluice simulate`).
+//
+// Model: every stage (chunk) takes its StageTimes per micro-batch; a message
+// between stages takes `comm` seconds one way; each rank runs its actions in
+// its order: a send costs nothing and never blocks, a receive waits until the
+// peer's send plus `comm`. A rank is idle from the end of its last compute
+// action (or the step's start) until its next one starts; with RefillCosts
+// that idle time lengthens the next action (Note [refill after a wait],
+// partition/Refill.h). The result records every compute action and every
+// receive that waited, with start and end times, and what each one waited
+// for, so that callers can draw the step and follow its critical path.
+//
+//   auto s = makeSchedule("1f1b", 4, 8);
+//   auto sim = simulateStepWithRefill(s, std::vector<StageTimes>(4, {1, 2, 0, 0}), 0, {});
+//   sim.stepTime;                 // 33 = (8 + 3) x (1 + 2)
+//   bubbleRate(s, sim);           // 9 / 33: (p - 1)(F + B + W) over the step
+//   criticalPath(sim);            // F0 on stage 0, 1, 2, 3, then ...
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipeline/Schedule.h"
+
+namespace sluice::pipeline {
+
+// Note [refill after a wait] (partition/Refill.h): a compute action of stage
+// s that starts after its rank idled for w seconds runs longer by
+// share[s] x its own time x min(1, w / waitSeconds). No shares (or
+// waitSeconds 0): nothing is charged.
+struct RefillCosts {
+  std::vector<double> share;  // per stage (chunk)
+  double waitSeconds = 0;
+  bool charged() const { return waitSeconds > 0 && !share.empty(); }
+};
+
+// One simulated interval on a rank: a compute action (F, B, Bi, W) or a
+// receive that waited (start: when the rank reached it; end: the message's
+// arrival). `after` is what the interval could not start before: the rank's
+// previous interval, or, for a receive, the compute action whose send it
+// waited for ({-1, -1}: nothing, the step's start).
+struct SimulatedAction {
+  Action action;
+  double start = 0, end = 0;
+  std::pair<int, int> after{-1, -1};  // (rank, index into that rank's intervals)
+};
+
+struct StepSimulation {
+  double stepTime = 0;                // the makespan
+  std::vector<double> refillSeconds;  // per stage: what refill added over the step
+  std::vector<std::vector<SimulatedAction>> ranks;  // per rank, in time order
+  std::vector<double> busy;           // per rank: seconds of compute
+};
+
+// The step under `times` (one per stage) and `comm`; see the header.
+// ScheduleError when the schedule deadlocks or the times do not match it.
+double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& times, double comm = 0);
+StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
+                                      const RefillCosts& refill);
+
+// The zero-bubble papers' bubble rate: (cost - busy) / cost, where cost is
+// the step time and busy the compute time of the rank that ends last (for
+// equal stages: m (F + B + W) per stage it hosts).
+double bubbleRate(const StepSimulation& sim);
+
+// The chain of intervals that sets the step time, from the step's start to
+// the last compute action to end: each interval's `after`, followed back.
+std::vector<std::pair<int, SimulatedAction>> criticalPath(const StepSimulation& sim);
+
+// Per rank, the most micro-batches holding activations at once (between F
+// and their last backward piece), summed over the rank's stages and divided
+// by its chunks: a rank's whole model slice per micro-batch counts 1.
+std::vector<double> peakActivationMicroBatches(const Schedule& schedule);
+
+// The trace name and stream of an action, as a real run records it
+// (core/Trace.h): "F3" / "Bi3" / "W3" / "B3" on "compute", "recv activation
+// 3" on "recv", ...; with several stages per rank the stage follows ("F3 s2").
+std::pair<std::string, std::string> traceNameOf(const Action& a, bool chunked);
+
+}  // namespace sluice::pipeline

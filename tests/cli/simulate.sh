@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `sluice simulate`, no rank started. On explicit stage times (F = B = W = 1
+# ms, 4 ranks, 8 micro-batches): every schedule in the table, 1F1B at (m + p
+# - 1)(F + B + W) = 33 ms and ZB-H1 at m (F + B + W) + (p - 1)(F + B - W) =
+# 27 ms; --trace writes a trace that `sluice trace show` draws with one row
+# per rank. On the quickstart's profile (shared, dropout on) for 2 and 3
+# ranks: a row for every candidate of auto, the fastest in detail with its
+# critical path; a device twice as fast (--speed 2) halves every compute
+# time; a memory no plan fits leaves nothing to simulate (exit 1, each
+# schedule's reason). Usage errors exit 2 with the flag named.
+source "$(dirname "$0")/lib.sh"
+
+row() { awk -v s="$1" '$1 == s { print $2; exit }' "$2"; }
+
+"$SLUICE" simulate --stage-times 1,1,1 --ranks 4 --micro-batches 8 --trace "$TMP/sim.json" >"$TMP/times.log"
+cat "$TMP/times.log"
+for s in 1f1b zb-h1 gpipe interleaved interleaved-zb zbv; do
+  grep -E "^$s( x2)? " "$TMP/times.log" >/dev/null || fail "explicit times: no row for $s"
+done
+[ "$(row 1f1b "$TMP/times.log")" = 33.000 ] || fail "1f1b: want 33.000 ms"
+[ "$(row zb-h1 "$TMP/times.log")" = 27.000 ] || fail "zb-h1: want 27.000 ms"
+grep -F "critical path" "$TMP/times.log" >/dev/null || fail "no critical path"
+"$SLUICE" trace show "$TMP/sim.json" -o "$TMP/sim.svg" | tee "$TMP/show.log"
+grep -F "(1200 x 256)" "$TMP/show.log" >/dev/null || fail "the simulated trace is not drawn with 4 rows"
+
+profile=$(shared_profile quickstart_dropout)
+Q=("$ROOT/configs/quickstart.yaml" --set model.dropout=0.1 --profile "$profile")
+for p in 2 3; do
+  "$SLUICE" simulate "${Q[@]}" --ranks "$p" --micro-batches 6 --schedule auto >"$TMP/q$p.log" 2>"$TMP/q$p.err" ||
+    { cat "$TMP/q$p.err"; fail "simulate on $p ranks"; }
+  echo "== $p ranks"; cat "$TMP/q$p.log"
+  for s in 1f1b zb-h1 gpipe; do
+    grep -E "^$s " "$TMP/q$p.log" >/dev/null || fail "$p ranks: no row for $s"
+  done
+  grep -E "^(interleaved|interleaved-zb|zbv) x2 " "$TMP/q$p.log" >/dev/null || fail "$p ranks: no interleaved rows"
+  grep -E "^fastest: " "$TMP/q$p.log" >/dev/null || fail "$p ranks: no choice"
+  [ "$(grep -cE '^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+%' "$TMP/q$p.log")" -eq "$p" ] || fail "$p ranks: not one row per rank"
+  grep -F "sluice: planning zbv for $p ranks x 2 stages" "$TMP/q$p.err" >/dev/null || fail "$p ranks: no progress"
+done
+
+"$SLUICE" simulate "${Q[@]}" --schedule 1f1b --speed 2 >"$TMP/fast.log" 2>/dev/null
+"$SLUICE" simulate "${Q[@]}" --schedule 1f1b --link-gbps 1000 --latency-us 0 >"$TMP/slow.log" 2>/dev/null
+"$SLUICE" simulate "${Q[@]}" --schedule 1f1b --speed 2 --link-gbps 1000 --latency-us 0 >"$TMP/fastfree.log" 2>/dev/null
+ratio=$(awk -v a="$(row 1f1b "$TMP/fastfree.log")" -v b="$(row 1f1b "$TMP/slow.log")" 'BEGIN { print a / b }')
+awk -v r="$ratio" 'BEGIN { exit !(r > 0.499 && r < 0.501) }' || fail "--speed 2 with free messages: step ratio $ratio, want 0.5"
+echo "ok: --speed 2 halves the step with free messages (ratio $ratio)"
+
+expect_failure too_small "no schedule could be simulated" "$TMP/none" -- \
+  "$SLUICE" simulate "${Q[@]}" --memory-gb 0.001
+[ "$FAILURE_RC" -eq 1 ] || fail "too_small: exit $FAILURE_RC, want 1"
+grep -F "does not fit" "$TMP/too_small.log" >/dev/null || fail "too_small: no reason"
+# usage_error NAME TEXT -- CMD...: exits 2 with TEXT.
+usage_error() {
+  expect_failure "$1" "$2" "$TMP/none" "${@:3}"
+  [ "$FAILURE_RC" -eq 2 ] || fail "$1: exit $FAILURE_RC, want 2"
+}
+usage_error both "either CONFIG and --profile FILE or --stage-times" -- \
+  "$SLUICE" simulate "${Q[@]}" --stage-times 1,1,1
+usage_error no_profile "simulate needs --profile FILE" -- "$SLUICE" simulate "$ROOT/configs/quickstart.yaml"
+usage_error bad_times "'x' in '1,x,1' is not a time in ms" -- \
+  "$SLUICE" simulate --stage-times 1,x,1 --ranks 4 --micro-batches 8
+usage_error no_ranks "needs --ranks P" -- "$SLUICE" simulate --stage-times 1,1,1 --micro-batches 8
+usage_error bad_schedule "'zz' is no schedule" -- \
+  "$SLUICE" simulate --stage-times 1,1,1 --ranks 4 --micro-batches 8 --schedule zz
+echo "PASS"

@@ -1,0 +1,114 @@
+// The step simulation (pipeline/ScheduleSimulation.h) against the textbook
+// bubbles, with equal stages and free messages: the bubble (step time minus
+// the last rank's busy time m (F + B + W) per stage it hosts) is
+//   1F1B:               (p - 1)(F + B + W)
+//   ZB-H1 (unit order): (p - 1)(F + B - W)   (W <= F)
+//   interleaved 1F1B:   (p - 1)(F + B + W) / v, v stages per rank, each a
+//                       v-th of the rank's slice
+// for p in {4, 8, 16, 32} and m in {p, 2p, 8p}; and what the simulation
+// records: the critical path, receives that waited, peaks and trace names.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleSimulation.h"
+
+namespace sluice::pipeline {
+namespace {
+
+struct Piece {
+  double f, b, w;
+};
+// The equal times of the papers' figures, and times that are not multiples
+// of each other (with W <= F, where ZB-H1's bubble is the textbook's).
+const Piece kPieces[] = {{1, 1, 1}, {1.0, 1.5, 0.75}, {0.5, 0.7, 0.3}};
+
+std::vector<int> pipelineDepths() { return {4, 8, 16, 32}; }
+
+// Bubble time of a simulation: cost minus busy on the rank that ends last.
+double bubbleTime(const StepSimulation& sim) { return bubbleRate(sim) * sim.stepTime; }
+
+TEST(ScheduleSimulation, OneFOneBHasTheTextbookBubble) {
+  for (const auto& x : kPieces) {
+    for (int p : pipelineDepths()) {
+      for (int m : {p, 2 * p, 8 * p}) {
+        const auto sim = simulateStepWithRefill(make1F1B(p, m), std::vector<StageTimes>(p, {x.f, x.b + x.w, 0, 0}),
+                                                0, {});
+        const double want = (p - 1) * (x.f + x.b + x.w);
+        EXPECT_NEAR(bubbleTime(sim), want, 1e-9 * want) << "p=" << p << " m=" << m;
+        EXPECT_NEAR(bubbleRate(sim), want / (want + m * (x.f + x.b + x.w)), 1e-12);
+      }
+    }
+  }
+}
+
+TEST(ScheduleSimulation, ZeroBubbleH1InUnitOrderHasTheTextbookBubble) {
+  for (const auto& x : kPieces) {
+    for (int p : pipelineDepths()) {
+      for (int m : {p, 2 * p, 8 * p}) {
+        const auto sim =
+            simulateStepWithRefill(makeZeroBubbleH1(p, m), std::vector<StageTimes>(p, {x.f, 0, x.b, x.w}), 0, {});
+        const double want = (p - 1) * (x.f + x.b - x.w);
+        EXPECT_NEAR(bubbleTime(sim), want, 1e-9 * want) << "p=" << p << " m=" << m << " F,B,W " << x.f << ","
+                                                        << x.b << "," << x.w;
+      }
+    }
+  }
+}
+
+TEST(ScheduleSimulation, InterleavedHasTheTextbookBubbleOverV) {
+  for (const auto& x : kPieces) {
+    for (int v : {2, 4}) {
+      for (int p : pipelineDepths()) {
+        for (int m : {p, 2 * p, 8 * p}) {
+          const auto s = makeInterleaved1F1B(p, v, m);
+          const auto sim =
+              simulateStepWithRefill(s, std::vector<StageTimes>(p * v, {x.f / v, (x.b + x.w) / v, 0, 0}), 0, {});
+          const double want = (p - 1) * (x.f + x.b + x.w) / v;
+          EXPECT_NEAR(bubbleTime(sim), want, 1e-9 * want) << "p=" << p << " v=" << v << " m=" << m;
+          EXPECT_NEAR(sim.busy[0], m * (x.f + x.b + x.w), 1e-9 * m);
+        }
+      }
+    }
+  }
+}
+
+// 1F1B on 2 stages, 1 micro-batch, F = 1, B = 2, messages 0.5: F0 on rank
+// 0 [0, 1], the activation arrives at 1.5, F0 and B0 on rank 1 [1.5, 4.5],
+// the gradient arrives at 5, B0 on rank 0 [5, 7]. The path is exactly that
+// chain, with both waits on it.
+TEST(ScheduleSimulation, TheCriticalPathFollowsWhatEachActionWaitedFor) {
+  const auto sim = simulateStepWithRefill(make1F1B(2, 1), std::vector<StageTimes>(2, {1, 2, 0, 0}), 0.5, {});
+  EXPECT_DOUBLE_EQ(sim.stepTime, 7);
+  const auto path = criticalPath(sim);
+  std::vector<std::string> names;
+  for (const auto& [rank, x] : path) names.push_back(std::to_string(rank) + ":" + toString(x.action));
+  EXPECT_EQ(names, (std::vector<std::string>{"0:F0", "1:recv_act0", "1:F0", "1:B0", "0:recv_grad0", "0:B0"}));
+  EXPECT_DOUBLE_EQ(path[1].second.start, 0);  // rank 1 waited from the step's start...
+  EXPECT_DOUBLE_EQ(path[1].second.end, 1.5);  // ...until the activation arrived
+  EXPECT_DOUBLE_EQ(path.back().second.end, sim.stepTime);
+  EXPECT_DOUBLE_EQ(sim.busy[0], 3);
+  EXPECT_DOUBLE_EQ(bubbleRate(sim), 4.0 / 7);
+}
+
+// Activation memory in a rank's micro-batches: 1F1B holds p - r on rank r,
+// GPipe all m, interleaved with v chunks (p - r) + ... per chunk, over v.
+TEST(ScheduleSimulation, PeakActivationsPerRank) {
+  EXPECT_EQ(peakActivationMicroBatches(make1F1B(4, 8)), (std::vector<double>{4, 3, 2, 1}));
+  EXPECT_EQ(peakActivationMicroBatches(makeGPipe(3, 5)), (std::vector<double>{5, 5, 5}));
+  const auto interleaved = peakActivationMicroBatches(makeInterleaved1F1B(4, 2, 8));
+  ASSERT_EQ(interleaved.size(), 4u);
+  EXPECT_GT(interleaved[0], interleaved[3]);
+  EXPECT_EQ(std::fmod(interleaved[0] * 2, 1.0), 0.0);  // stage-micro-batches over 2 chunks
+}
+
+TEST(ScheduleSimulation, TraceNamesAreARealRunsNames) {
+  EXPECT_EQ(traceNameOf({ActionKind::Forward, 3, 0}, false), (std::pair<std::string, std::string>{"F3", "compute"}));
+  EXPECT_EQ(traceNameOf({ActionKind::BackwardInput, 3, 2}, true).first, "Bi3 s2");
+  EXPECT_EQ(traceNameOf({ActionKind::RecvGrad, 1, 0}, false),
+            (std::pair<std::string, std::string>{"recv gradient 1", "recv"}));
+}
+
+}  // namespace
+}  // namespace sluice::pipeline
