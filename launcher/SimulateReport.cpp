@@ -169,7 +169,7 @@ std::string simulatedTrace(const SimulatedSchedule& s) {
       const auto [name, stream] = pipeline::traceNameOf(x.action, chunked);
       events.push_back({name, stream, stream, 0, x.action.microBatch, x.start * 1e6, (x.end - x.start) * 1e6});
     }
-    parts.push_back(traceProcessEvents(r, "stage " + std::to_string(r) + " / replica 0 (simulated)", events));
+    parts.push_back(traceProcessEvents(r, "rank " + std::to_string(r) + " (simulated)", events));
   }
   return traceFileText(std::move(parts));
 }

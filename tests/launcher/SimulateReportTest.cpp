@@ -107,7 +107,7 @@ TEST(SimulateReport, TheTraceIsDrawnLikeARealRun) {
   std::snprintf(step, sizeof(step), "step time %.2f ms", s.stepTime() * 1e3);
   EXPECT_NE(svg.find(step), npos) << svg.substr(0, 600);
   EXPECT_NE(svg.find("Bi7 s4"), npos);  // chunked names, as a real zbv run's
-  EXPECT_NE(svg.find("stage 3 / replica 0 (simulated)"), npos);
+  EXPECT_NE(svg.find("rank 3 (simulated)"), npos);
 }
 
 std::string commandError(std::vector<std::string> args) {

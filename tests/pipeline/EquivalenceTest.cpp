@@ -163,9 +163,10 @@ TEST(Equivalence, OneAndTwoStagesMatchSingleProcessAdamW) {
   auto ofob = pipelineLosses(world, "1f1b", Split::InsideBlock);
   auto zb = pipelineLosses(world, "zb-h1", Split::InsideBlock);
   // zb-h1 fitted to stage times (a plan's): here times for which it orders
-  // stage 0's actions differently from the unit-cost schedule.
+  // stage 1's actions differently from the unit-cost schedule (each W right
+  // after its Bi, where the paper's order holds one back).
   pipeline::ScheduleCosts costs;
-  costs.times = {{1, 1, 0, 1}, {0.5, 1.5, 1, 0.5}};
+  costs.times = {{1.5, 0.5, 0, 0.5}, {0.5, 1, 0.5, 0.5}};
   ASSERT_FALSE(pipeline::makeSchedule("zb-h1", 2, kMicroBatches, 1, &costs).actions ==
                pipeline::makeSchedule("zb-h1", 2, kMicroBatches).actions);
   auto zbFitted = pipelineLosses(world, "zb-h1", Split::InsideBlock, &costs);
