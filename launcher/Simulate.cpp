@@ -68,7 +68,10 @@ Config simulatedConfig(const CommandLine& a) {
   if (s.chunks > 0) overrides.push_back("pipeline.chunks=" + std::to_string(s.chunks));
   if (s.memoryGb > 0) overrides.push_back("memory.budget_mb=" + std::to_string(s.memoryGb * 1e9 / 1048576.0));
   if (s.microBatches > 0) {
-    const auto base = Config::load(a.config, a.overrides);
+    // The config's own pipeline.microbatches may not match a new micro-batch size: derive it to read the shape.
+    auto derived = overrides;
+    derived.push_back("pipeline.microbatches=0");
+    const auto base = Config::load(a.config, derived);
     overrides.push_back("pipeline.microbatches=" + std::to_string(s.microBatches));
     overrides.push_back("training.global_batch_size=" + std::to_string(static_cast<int64_t>(s.microBatches) *
                                                                        base.training.microBatchSize *

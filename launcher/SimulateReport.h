@@ -8,8 +8,8 @@
 // the same times is simulated too, to show what fitting buys. Reported:
 //   - step time: the pipeline's makespan, plus DistAdam's collectives after
 //     it when data-parallel (not overlapped: an upper bound);
-//   - bubble: the zero-bubble papers' rate, (cost - busy) / cost on the rank
-//     that ends last (pipeline::bubbleRate);
+//   - bubble: the zero-bubble papers' rate, (cost - busy) / cost with busy
+//     the most loaded rank's compute (pipeline::bubbleRate);
 //   - peak activations per rank, in micro-batches of the rank's whole slice
 //     (pipeline::peakActivationMicroBatches), and in bytes where a plan
 //     predicted them;

@@ -103,12 +103,8 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
 }
 
 double bubbleRate(const StepSimulation& sim) {
-  if (sim.stepTime <= 0) return 0;
-  double busy = 0, end = -1;
-  for (size_t r = 0; r < sim.ranks.size(); ++r) {
-    const double e = sim.ranks[r].empty() ? 0 : sim.ranks[r].back().end;
-    if (e > end) end = e, busy = sim.busy[r];
-  }
+  if (sim.stepTime <= 0 || sim.busy.empty()) return 0;
+  const double busy = *std::max_element(sim.busy.begin(), sim.busy.end());
   return (sim.stepTime - busy) / sim.stepTime;
 }
 

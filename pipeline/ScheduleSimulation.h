@@ -61,9 +61,10 @@ double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& tim
 StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
                                       const RefillCosts& refill);
 
-// The zero-bubble papers' bubble rate: (cost - busy) / cost, where cost is
-// the step time and busy the compute time of the rank that ends last (for
-// equal stages: m (F + B + W) per stage it hosts).
+// The zero-bubble papers' bubble rate, (cost - busy) / cost, with cost the
+// step time and busy the most loaded rank's compute time (for equal stages
+// every rank's, m (F + B + W) per stage it hosts): how far the step is from
+// the bound its busiest rank sets.
 double bubbleRate(const StepSimulation& sim);
 
 // The chain of intervals that sets the step time, from the step's start to

@@ -1,6 +1,6 @@
 // The step simulation (pipeline/ScheduleSimulation.h) against the textbook
 // bubbles, with equal stages and free messages: the bubble (step time minus
-// the last rank's busy time m (F + B + W) per stage it hosts) is
+// the busiest rank's busy time, m (F + B + W) per stage it hosts) is
 //   1F1B:               (p - 1)(F + B + W)
 //   ZB-H1 (unit order): (p - 1)(F + B - W)   (W <= F)
 //   interleaved 1F1B:   (p - 1)(F + B + W) / v, v stages per rank, each a
@@ -26,7 +26,7 @@ const Piece kPieces[] = {{1, 1, 1}, {1.0, 1.5, 0.75}, {0.5, 0.7, 0.3}};
 
 std::vector<int> pipelineDepths() { return {4, 8, 16, 32}; }
 
-// Bubble time of a simulation: cost minus busy on the rank that ends last.
+// Bubble time of a simulation: cost minus the most loaded rank's busy time.
 double bubbleTime(const StepSimulation& sim) { return bubbleRate(sim) * sim.stepTime; }
 
 TEST(ScheduleSimulation, OneFOneBHasTheTextbookBubble) {
@@ -94,6 +94,14 @@ TEST(ScheduleSimulation, TheCriticalPathFollowsWhatEachActionWaitedFor) {
 
 // Activation memory in a rank's micro-batches: 1F1B holds p - r on rank r,
 // GPipe all m, interleaved with v chunks (p - r) + ... per chunk, over v.
+// Uneven stages: the bubble is measured against the busiest rank (a light
+// rank that ends last does not make the step all bubble).
+TEST(ScheduleSimulation, TheBubbleIsAgainstTheBusiestRank) {
+  const auto sim = simulateStepWithRefill(make1F1B(2, 4), {{0.1, 0.1, 0, 0}, {1, 2, 0, 0}}, 0, {});
+  EXPECT_DOUBLE_EQ(sim.stepTime, 0.1 + 4 * 3 + 0.1);
+  EXPECT_NEAR(bubbleRate(sim), 0.2 / 12.2, 1e-12);
+}
+
 TEST(ScheduleSimulation, PeakActivationsPerRank) {
   EXPECT_EQ(peakActivationMicroBatches(make1F1B(4, 8)), (std::vector<double>{4, 3, 2, 1}));
   EXPECT_EQ(peakActivationMicroBatches(makeGPipe(3, 5)), (std::vector<double>{5, 5, 5}));
