@@ -28,7 +28,8 @@ for s in "${schedules[@]}"; do
   "$sluice" simulate --stage-times 1,1.2,0.8 --ranks 64 --micro-batches 512 --schedule "$s" >"$tmp/scale.log"
   t1=$(date +%s.%N)
   printf '  %-16s %6.2f s  (%s)\n' "$s" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
-    "$(awk '$1 == "'"$s"'" { print "step " $2 " ms, bubble " $3 }' "$tmp/scale.log" | sed -n 1p)"
+    "$(awk -v s="$s" '$1 == s { if ($2 == "x2") $0 = $1 " " $3 " " $4; print "step " $2 " ms, bubble " $3; exit }' \
+      "$tmp/scale.log")"
 done
 
 m=6
@@ -47,7 +48,7 @@ for r in $(seq "$rounds"); do
     for s in "${schedules[@]}"; do
       key="$p $s"
       "$sluice" simulate $(shape "$p" "$s") --profile "$prof" >"$tmp/sim.log" 2>&1 || { cat "$tmp/sim.log" >&2; exit 1; }
-      simulated=$(awk '$1 == "'"$s"'" { print $2 / 1000; exit }' "$tmp/sim.log")
+      simulated=$(awk -v s="$s" '$1 == s { print ($2 == "x2" ? $3 : $2) / 1000; exit }' "$tmp/sim.log")
       "$sluice" partition $(shape "$p" "$s") --profile "$prof" -o "$tmp/plan.pb" >"$tmp/plan.log" 2>&1 ||
         { cat "$tmp/plan.log" >&2; exit 1; }
       rm -rf "$tmp/run"
