@@ -6,8 +6,10 @@
 # per rank. On the quickstart's profile (shared, dropout on) for 2 and 3
 # ranks: a row for every candidate of auto, the fastest in detail with its
 # critical path; a device twice as fast (--speed 2) halves every compute
-# time; a memory no plan fits leaves nothing to simulate (exit 1, each
-# schedule's reason). Usage errors exit 2 with the flag named.
+# time; DistAdam's collectives over 2 replicas come after the pipeline (a
+# slower network, a longer step); a memory no plan fits leaves nothing to
+# simulate (exit 1, each schedule's reason). Usage errors exit 2 with the
+# flag named.
 source "$(dirname "$0")/lib.sh"
 
 row() { awk -v s="$1" '$1 == s { print $2; exit }' "$2"; }
@@ -44,6 +46,15 @@ done
 ratio=$(awk -v a="$(row 1f1b "$TMP/fastfree.log")" -v b="$(row 1f1b "$TMP/slow.log")" 'BEGIN { print a / b }')
 awk -v r="$ratio" 'BEGIN { exit !(r > 0.499 && r < 0.501) }' || fail "--speed 2 with free messages: step ratio $ratio, want 0.5"
 echo "ok: --speed 2 halves the step with free messages (ratio $ratio)"
+
+# 2 data-parallel replicas with DistAdam: its collectives follow the pipeline, slower on a slower network.
+DP=(--schedule 1f1b --micro-batches 2 --set pipeline.data_parallel=2 --set optimizer.name=dist_adam)
+"$SLUICE" simulate "${Q[@]}" "${DP[@]}" --collective-gbps 1 >"$TMP/dp_slow.log" 2>/dev/null
+"$SLUICE" simulate "${Q[@]}" "${DP[@]}" --collective-gbps 1000 >"$TMP/dp_fast.log" 2>/dev/null
+grep -F "DistAdam's collectives" "$TMP/dp_slow.log" >/dev/null || fail "data parallel: no DistAdam collectives"
+awk -v a="$(row 1f1b "$TMP/dp_slow.log")" -v b="$(row 1f1b "$TMP/dp_fast.log")" 'BEGIN { exit !(a > b) }' ||
+  fail "data parallel: a 1 GB/s network is not slower than 1000 GB/s"
+echo "ok: $(grep -oE "DistAdam's collectives [0-9.]+ ms" "$TMP/dp_slow.log" | sed -n 1p) at 1 GB/s"
 
 expect_failure too_small "no schedule could be simulated" "$TMP/none" -- \
   "$SLUICE" simulate "${Q[@]}" --memory-gb 0.001
