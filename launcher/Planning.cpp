@@ -140,7 +140,7 @@ partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& prof
   for (auto& name : candidates) {
     try {
       auto p = plan(name);
-      report << (report.tellp() > 0 ? ", " : "") << name << (pipeline::interleavesStages(name) ? " x" + std::to_string(chunks) : "")
+      report << (report.tellp() > 0 ? ", " : "") << pipeline::scheduleLabel(name, chunks)
              << " " << p.stepTime * 1e3 << " ms";
       if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
     } catch (const PlanError& e) {

@@ -13,10 +13,6 @@
 namespace sluice {
 namespace {
 
-std::string label(const std::string& schedule, int chunks) {
-  return schedule + (pipeline::interleavesStages(schedule) && chunks > 1 ? " x" + std::to_string(chunks) : "");
-}
-
 std::string mib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / 1048576.0);
@@ -46,8 +42,7 @@ std::vector<std::string> pathRuns(const SimulatedSchedule& s) {
     int shown = 0;
     for (; j < path.size() && path[j].first == path[i].first; ++j) {
       const auto& a = path[j].second.action;
-      const bool wait = a.kind == pipeline::ActionKind::RecvActivation || a.kind == pipeline::ActionKind::RecvGrad;
-      if (shown++ < 8) names << " " << (wait ? "(wait " + nameOf(a, chunked) + ")" : nameOf(a, chunked));
+      if (shown++ < 8) names << " " << (pipeline::isCompute(a) ? nameOf(a, chunked) : "(wait " + nameOf(a, chunked) + ")");
     }
     if (shown > 8) names << " ... (" << shown << " in all)";
     runs.push_back("rank " + std::to_string(path[i].first) + " [" + ms(std::max(path[i].second.start, previousEnd)) +
@@ -67,7 +62,7 @@ SimulatedSchedule simulateSchedule(const SimulationInput& in) {
     const auto& kind = pipeline::scheduleKind(in.schedule);
     const int stages = in.ranks * (kind.interleaves ? in.chunks : 1);
     SLUICE_CHECK(static_cast<int>(in.costs.times.size()) == stages, ScheduleError,
-                 label(in.schedule, in.chunks) << " on " << in.ranks << " ranks has " << stages << " stages, but "
+                 pipeline::scheduleLabel(in.schedule, in.chunks) << " on " << in.ranks << " ranks has " << stages << " stages, but "
                                                << in.costs.times.size() << " stage times were given");
     const int chunks = kind.interleaves ? in.chunks : 1;
     out.schedule = pipeline::makeSchedule(in.schedule, in.ranks, in.microBatches, chunks, in.fit ? &in.costs : nullptr);
@@ -106,7 +101,7 @@ std::string simulationTable(const std::vector<SimulatedSchedule>& all) {
                 "unit order ms", "peak act (mb)", "peak MiB");
   os << line;
   for (const auto& s : all) {
-    const std::string name = label(s.input.schedule, s.input.chunks);
+    const std::string name = pipeline::scheduleLabel(s.input.schedule, s.input.chunks);
     if (!s.failure.empty()) {
       std::snprintf(line, sizeof(line), "%-18s %12s\n", name.c_str(), "-");
       os << line;
@@ -121,7 +116,7 @@ std::string simulationTable(const std::vector<SimulatedSchedule>& all) {
     os << line;
   }
   if (const auto* best = fastest(all)) {
-    os << "fastest: " << label(best->input.schedule, best->input.chunks) << ", " << ms(best->stepTime())
+    os << "fastest: " << pipeline::scheduleLabel(best->input.schedule, best->input.chunks) << ", " << ms(best->stepTime())
        << " ms per step\n";
   }
   if (failures.tellp() > 0) os << "not simulated:\n" << failures.str();
@@ -132,7 +127,7 @@ std::string simulationDetail(const SimulatedSchedule& s) {
   std::ostringstream os;
   char line[256];
   const auto& in = s.input;
-  os << label(in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
+  os << pipeline::scheduleLabel(in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
      << s.schedule.placement().describe() << "), messages " << ms(in.costs.comm) << " ms";
   if (in.optimizerSeconds > 0) os << ", DistAdam's collectives " << ms(in.optimizerSeconds) << " ms after the pipeline";
   os << ":\n";

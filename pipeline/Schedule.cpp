@@ -117,6 +117,10 @@ bool interleavesStages(const std::string& name) {
   return k && k->interleaves;
 }
 
+std::string scheduleLabel(const std::string& name, int chunks) {
+  return name + (interleavesStages(name) && chunks > 1 ? " x" + std::to_string(chunks) : "");
+}
+
 Placement placementOf(const std::string& name, int ranks, int chunks) {
   return {ranks, chunks, scheduleKind(name).vShape};
 }

@@ -171,6 +171,9 @@ std::vector<std::string> scheduleNames();
 // True for the schedules that put several stages (chunks) on each rank
 // (false for a name that is no schedule, such as "auto").
 bool interleavesStages(const std::string& name);
+// A schedule as the logs and tables name it: "zb-h1", or with several stages
+// per rank "interleaved x2".
+std::string scheduleLabel(const std::string& name, int chunks);
 // Where the named schedule puts ranks x chunks stages (a loop unless the
 // schedule is placed in a V). ScheduleError for a name that is no schedule.
 Placement placementOf(const std::string& name, int ranks, int chunks);
