@@ -51,7 +51,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(a.embd, a.vocab, bias=False)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for b in self.h:
             x = b(x)
         return self.lm_head(self.ln_f(x))

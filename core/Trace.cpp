@@ -1,6 +1,7 @@
 #include "core/Trace.h"
 
 #include <chrono>
+#include <iterator>
 
 namespace sluice {
 
@@ -27,6 +28,11 @@ void TraceRecorder::add(const Mark& mark, const std::string& name, const std::st
   std::lock_guard<std::mutex> lock(mutex_);
   events_.push_back(
       {name, stream, category.empty() ? stream : category, mark.step, microBatch, mark.startUs, end - mark.startUs});
+}
+
+void TraceRecorder::addEvents(std::vector<TraceEvent> events) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.insert(events_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
 }
 
 std::vector<TraceEvent> TraceRecorder::events() const {

@@ -10,6 +10,9 @@
 //   io          the swap engine's writes and reads (its own thread)
 //   collective  the optimizer's waits on reduce-scatters and all-gathers
 //   step        each traced step
+//   ops, kernels, syncs (logging.trace_ops) LibTorch's profiler's host ops, and
+//               on CUDA the kernels and the host's waits for the device
+//               (core/DeviceTrace.h)
 // Summaries count only category "compute" events with a micro-batch as busy
 // time, so nested events are never counted twice.
 //
@@ -62,6 +65,9 @@ class TraceRecorder {
   // An event of the step of `mark` (taken at its start), ending now.
   void add(const Mark& mark, const std::string& name, const std::string& stream, int microBatch,
            const std::string& category = "");
+
+  // Events made elsewhere (core/DeviceTrace.h), kept whatever the current step.
+  void addEvents(std::vector<TraceEvent> events);
 
   // Copy of the events so far (safe while other threads add).
   std::vector<TraceEvent> events() const;

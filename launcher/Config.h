@@ -230,6 +230,7 @@ struct LoggingConfig {
   bool measureMemory = false;   // logging.measure_memory: count saved-tensor bytes while training (rank logs)
   bool trace = false;           // logging.trace: a timeline of the traced steps in output_dir/trace.json
   std::vector<int> traceSteps;  // logging.trace_steps: steps to trace; empty = the two after warm-up
+  bool traceOps = true;         // logging.trace_ops: the traced steps' ops (and CUDA kernels) too (core/DeviceTrace.h)
   bool tensorboard = false;     // logging.tensorboard: scalars per step in output_dir/tb (TensorBoard)
   // logging.transfer_guard: off | warn | error: host<->device round trips
   // inside a training step (core/TransferGuard.h; CUDA jobs)

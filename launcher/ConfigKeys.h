@@ -160,6 +160,7 @@ void loggingKeys(S& s, Config& c) {
   s.key("measure_memory", l.measureMemory);
   s.key("trace", l.trace);
   s.key("trace_steps", l.traceSteps);
+  s.key("trace_ops", l.traceOps);
   s.key("tensorboard", l.tensorboard);
   s.choice("transfer_guard", l.transferGuard, transferGuardModeName, parseTransferGuardMode);
 }

@@ -8,12 +8,25 @@ namespace {
 const char* kStreams[] = {"compute", "recv", "send", "io", "collective", "step"};
 constexpr int kStreamCount = sizeof(kStreams) / sizeof(kStreams[0]);
 
-int streamId(const std::string& stream) {
-  for (int i = 0; i < kStreamCount; ++i) {
-    if (stream == kStreams[i]) return i;
+// Thread ids: the fixed streams first, then any other stream (the device
+// trace's ops, kernels and syncs) in order of first appearance.
+class StreamIds {
+ public:
+  StreamIds() {
+    for (int i = 0; i < kStreamCount; ++i) names_.push_back(kStreams[i]);
   }
-  return 0;
-}
+  int operator()(const std::string& stream) {
+    for (size_t i = 0; i < names_.size(); ++i) {
+      if (names_[i] == stream) return static_cast<int>(i);
+    }
+    names_.push_back(stream);
+    return static_cast<int>(names_.size()) - 1;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::vector<std::string> names_;
+};
 
 }  // namespace
 
@@ -28,7 +41,12 @@ nlohmann::ordered_json traceProcessEvents(int rank, const std::string& processNa
   };
   meta("process_name", {{"name", processName}}, -1);
   meta("process_sort_index", {{"sort_index", rank}}, -1);
-  for (int i = 0; i < kStreamCount; ++i) meta("thread_name", {{"name", kStreams[i]}}, i);
+  StreamIds streamId;
+  for (const auto& e : events) streamId(e.stream);
+  for (size_t i = 0; i < streamId.names().size(); ++i) {
+    meta("thread_name", {{"name", streamId.names()[i]}}, static_cast<int>(i));
+    meta("thread_sort_index", {{"sort_index", static_cast<int>(i)}}, static_cast<int>(i));
+  }
   for (const auto& e : events) {
     nlohmann::ordered_json args{{"step", e.step}};
     if (e.microBatch >= 0) args["micro_batch"] = e.microBatch;

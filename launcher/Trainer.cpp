@@ -17,6 +17,7 @@
 
 #include "core/Bytes.h"
 #include "core/Capture.h"
+#include "core/DeviceTrace.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "core/HostSync.h"
@@ -455,6 +456,7 @@ void Trainer::train() {
   // Note [stopping]: the stop requests of step s are all-reduced while step s + 1 runs.
   auto stopFlags = torch::zeros({1}, torch::kInt64);
   Work stopVote;
+  DeviceTrace deviceTrace(device_.is_cuda());  // logging.trace_ops: LibTorch's profiler over the traced steps
   for (int64_t step = startStep_; step < c_.training.steps; ++step) {
     CommActivity activity("step " + std::to_string(step));
     const int64_t syncsBefore = hostsync::count();
@@ -469,6 +471,7 @@ void Trainer::train() {
     torch::Tensor gradNorm;  // optimizer.clip_grad_norm: the step's global norm (undefined: skipped or off)
     const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
     trace_.setStep(step, traced);
+    if (traced && c_.logging.traceOps) deviceTrace.start();
     const double stepStart = TraceRecorder::nowUs();
     const double lossScale = lossScaler_ ? lossScaler_->scale() : 0;  // this step's (step() may change it)
     auto loss = this->step(step, &skipped, &gradNorm);
@@ -479,6 +482,7 @@ void Trainer::train() {
     modelPeak_ = std::max(modelPeak_, peak);
     peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (deviceTrace.active()) deviceTraceLines_.push_back(describe(deviceTrace.stop(trace_, step)));
     pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
                        c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm, lossScale});
     bool stop = false;

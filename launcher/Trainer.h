@@ -124,6 +124,7 @@ class Trainer {
   c10::Device device_ = c10::Device(c10::kCPU);  // job.device: this rank's (rankDevice)
   RankPlace place_;
   TraceRecorder trace_;  // logging.trace
+  std::vector<std::string> deviceTraceLines_;  // logging.trace_ops: per traced step (core/DeviceTrace.h describe)
   std::vector<std::pair<int64_t, torch::Tensor>> nanChecks_;  // (step, per-parameter finite flags), Note [lazy nan check]
   void checkNonFinite();
   // The metrics report (end of run, and on SIGUSR2): compiles, time split, traffic, host syncs per step.

@@ -101,16 +101,22 @@ void Trainer::reportTrace() {
   if (!c_.logging.trace) return;
   std::string steps;
   for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
-  // On a GPU the process names its device; its events are the host's view
-  // (when work was enqueued and waited for), not the kernels' own times.
+  // On a GPU the process names its device; its action events are the host's
+  // view (when work was enqueued and waited for); the kernels' own times are
+  // on the kernels stream (logging.trace_ops).
   const auto timeline = writeTimeline(
       world_, trace_,
       "stage " + std::to_string(stageIndex_) + " / replica " + std::to_string(dpRank_) +
           (device_.is_cuda() ? " (" + device_.str() + ")" : ""),
       outDir_, stageIndex_, c_.pipeline.stages, plan_ ? &*plan_ : nullptr);
+  for (const auto& line : deviceTraceLines_) log::info("stage " + std::to_string(stageIndex_) + " " + line);
   if (rank_ == 0) {
     log::info("trace: " + timeline.path + " (steps " + steps + "; open it in ui.perfetto.dev or chrome://tracing)");
     log::info(timeline.summary);
+    if (c_.logging.traceOps) {
+      log::info("timeline: with logging.trace_ops the traced steps also ran LibTorch's profiler, and the measured"
+                " times include its cost per op; set logging.trace_ops: false for undisturbed times");
+    }
   }
 }
 

@@ -2,7 +2,9 @@
 # The timeline trace (logging.trace / --trace) of a 2-stage 1F1B job with 4
 # micro-batches: trace.json is valid JSON with both ranks, and trace_check.py
 # finds per rank and traced step the 1F1B order, no overlapping compute and
-# every event inside its step. The run ends with each stage's measured busy
+# every event inside its step, and LibTorch's profiler's ops inside each
+# forward and backward (logging.trace_ops), with each rank's device trace
+# line. The run ends with each stage's measured busy
 # time and bubble next to the plan's. Then the same checks on a run whose
 # memory plan swaps (swap writes and reads on the io stream) and on 2 stages
 # x 2 replicas with full recompute and DistAdam (recomputes inside their
@@ -27,6 +29,11 @@ done
 grep -qE "bubble \(all stages\) [0-9.]+%, predicted [0-9.]+%" "$TMP/summary" || { cat "$TMP/summary"; fail "no overall bubble"; }
 cat "$TMP/summary"
 "$PY" "$ROOT/tests/cli/trace_check.py" "$TMP/run/trace.json" 2 4 plain || fail "trace.json"
+# The device trace (logging.trace_ops): each rank's line per traced step, ops with their self times, no kernels on CPU.
+for s in 0 1; do for step in 3 4; do
+  grep -qE "stage $s device trace, step $step \([0-9.]+ ms\): [0-9]+ host ops; top self time: aten::[a-z_]+ [0-9.]+ ms.*; no device kernels \(host-only run\)" "$TMP/run.log" ||
+    { grep "device trace" "$TMP/run.log"; fail "no device trace line for stage $s, step $step"; }
+done; done
 
 # A plan that swaps: the partitioner's smallest budget (it names it when asked for less) plus 10%.
 smallest=$({ "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/unused.pb" --budget-mb 0.5 2>&1 || true; } |
@@ -36,6 +43,7 @@ budget=$(awk -v b="$smallest" 'BEGIN { printf "%.2f", b * 1.1 }')
 "$SLUICE" partition "$CFG" "${small[@]}" --profile "$TMP/prof.pb" -o "$TMP/swap.pb" --budget-mb "$budget" \
   >"$TMP/swap.plan.log" 2>&1 || { cat "$TMP/swap.plan.log"; fail "partition at $budget MiB"; }
 "$SLUICE" train "$CFG" "${small[@]}" "${traced[@]}" --set pipeline.plan="$TMP/swap.pb" --set job.output_dir="$TMP/swap" \
+  --set logging.trace_ops=false \
   >"$TMP/swap.log" 2>&1 || { cat "$TMP/swap.log"; fail "training a swapping plan with --trace"; }
 grep -q "storages swapped to file" "$TMP/swap.log" || { cat "$TMP/swap.log"; fail "the plan at $budget MiB does not swap"; }
 # The ranks whose stage swaps (a plan near the smallest budget may swap on one stage only).

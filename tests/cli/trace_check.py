@@ -1,10 +1,13 @@
 """Checks a trace.json written by `sluice train --trace` (tests/cli/trace.sh).
 
 Usage: trace_check.py TRACE STAGES MICROBATCHES KIND [RANKS], KIND one of
-  plain           no memory plan, no DistAdam: no io / swap / recompute / collective events
+  plain           no memory plan, no DistAdam: no io / swap / recompute / collective events; the
+                  device trace's ops (logging.trace_ops, on by default): every forward and
+                  backward holds ops, every forward a matrix product, every op lies inside its step
   swap            a plan that swaps: io events only on ranks in RANKS (comma-separated: the ranks
                   whose stage swaps), and swap writes and reads on at least one of them (a write
-                  the backward overtakes is cancelled, so a rank may have none in two steps)
+                  the backward overtakes is cancelled, so a rank may have none in two steps); run
+                  with logging.trace_ops false: no op events
   recompute_dist  full_recompute and DistAdam: recomputes, reduce-scatter and all-gather waits
 For every rank and traced step (3 and 4): the forward/backward events come in
 1F1B's order (written out here from the textbook rule: stage s runs p - 1 - s
@@ -33,16 +36,22 @@ def one_f_one_b(s):
             order.append(f"F{f}"); f += 1
         order.append(f"B{b}"); b += 1
     return order
-def within(e, outer):
-    return outer["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + 1e-3
+def within(e, outer, slack=1e-3):
+    return outer["ts"] - slack <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + slack
+# The profiler's clock is converted onto the trace's: its events get 20 us of slack.
+OP_SLACK = 20.0
+MATMUL = {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm"}
 for rank, s in stage_of.items():
     mine = [e for e in events if e.get("ph") == "X" and e["pid"] == rank]
     for step in steps:
         span = [e for e in mine if e["cat"] == "step" and e["args"]["step"] == step]
         assert len(span) == 1, (rank, step, span)
-        inside = [e for e in mine if e["args"]["step"] == step and e["cat"] != "step"]
+        inside = [e for e in mine if e["args"]["step"] == step and e["cat"] not in ("step", "op")]
+        ops = [e for e in mine if e["args"]["step"] == step and e["cat"] == "op"]
         for e in inside:
             assert within(e, span[0]), (rank, step, e, span[0])
+        for e in ops:
+            assert within(e, span[0], OP_SLACK), ("op outside its step", rank, step, e, span[0])
         top = sorted((e for e in inside if e["cat"] == "compute"), key=lambda e: e["ts"])
         got = [e["name"] for e in top if e["name"] != "optimizer"]
         assert got == one_f_one_b(s), (rank, step, got, one_f_one_b(s))
@@ -74,6 +83,15 @@ for rank, s in stage_of.items():
             assert any(e["name"].startswith("wait all-gather") for e in inside), (rank, step)
         if kind == "plain":
             assert not cats & {"io", "swap", "recompute", "collective"}, (rank, step, cats)
+            assert ops, (rank, step, "no op events (logging.trace_ops)")
+            for t in top:
+                if t["name"][0] not in "FB":
+                    continue
+                held = [o["name"] for o in ops if within(o, t, OP_SLACK)]
+                assert held, ("no ops inside", rank, step, t)
+                assert t["name"][0] == "B" or MATMUL & set(held), ("no matrix product inside", rank, step, t, held[:20])
+        if kind == "swap":
+            assert not ops, (rank, step, "op events with logging.trace_ops false", ops[:3])
     assert {e["args"]["step"] for e in mine} == set(steps), (rank, {e["args"]["step"] for e in mine})
 if kind == "swap":
     for what in ("out", "in"):
