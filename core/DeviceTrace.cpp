@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <set>
@@ -124,6 +125,9 @@ DeviceTrace::~DeviceTrace() {
 
 void DeviceTrace::start() {
   SLUICE_CHECK(!active_, Error, "the device trace is already recording");
+  // Without a GPU, Kineto logs an ERROR line that it found none; only its own
+  // errors above that level are wanted on a host-only run (the user may still set it).
+  if (!cuda_) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
   if (cuda_) activities.insert(impl::ActivityType::CUDA);
   const impl::ProfilerConfig config(impl::ProfilerState::KINETO);

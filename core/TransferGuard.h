@@ -24,7 +24,8 @@
 // round trip; the report names both copies and what the thread was doing
 // (CommActivity).
 //
-// Modes (logging.transfer_guard): off (count only), warn (log each round
+// Modes (logging.transfer_guard): off (the trainer installs no hook: nothing
+// is counted and no op pays for it), warn (log each round
 // trip once per distinct pair of places), error (endStep throws
 // TransferError naming it: the step's work is done, nothing half-applied is
 // left: the trainer calls it before the optimizer update).

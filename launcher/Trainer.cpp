@@ -141,7 +141,9 @@ void Trainer::setUp() {
                 choiceName(precisionChoices(), c_.training.precision) + ")");
     }
     transfers::setMode(c_.logging.transferGuard);
-    transfers::installHook();
+    // The hook boxes every op's arguments on the host (GPU-SUSPECTS, suspect
+    // 4): with the guard off there is nothing to watch, so nothing is installed.
+    if (c_.logging.transferGuard != TransferGuardMode::Off) transfers::installHook();
     // Exact first (the correctness contract): on a GPU some backward kernels add
     // with atomics in any order (embedding's, index_add's); their
     // deterministic variants make runs and layouts comparable bitwise.
@@ -150,6 +152,14 @@ void Trainer::setUp() {
     // deterministic kernel still runs, with PyTorch's warning naming it.
     ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    // Note [uninitialized fill]: deterministic mode also makes PyTorch fill
+    // every new CUDA allocation (empty, clone, contiguous, casts) with NaN, a
+    // kernel per allocation that only matters to an op that reads memory it
+    // never wrote. Sluice's ops write what they allocate, so the fill is off;
+    // SLUICE_FILL_UNINITIALIZED=1 turns it back on (to compare, or to hunt
+    // such a read).
+    const char* fill = std::getenv("SLUICE_FILL_UNINITIALIZED");
+    at::globalContext().setDeterministicFillUninitializedMemory(fill && std::string(fill) == "1");
   }
   setup_ = makeModelSetup(c_);
   {

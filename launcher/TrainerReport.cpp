@@ -31,6 +31,7 @@ namespace {
 // swap) and how many round trips the guard found.
 std::string transferLine(const TransferCounts& start, const TransferCounts& now, double steps, const c10::Device& device) {
   if (!device.is_cuda()) return "host<->device copies: none (job.device: cpu)";
+  if (!transfers::hookInstalled()) return "host<->device copies: not counted (logging.transfer_guard: off)";
   auto per = [&](int64_t a, int64_t b) { return static_cast<double>(b - a) / steps; };
   char buf[400];
   std::snprintf(buf, sizeof(buf),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (through the device tool), from the repository root
 # with .gpukit carried (scripts/gpu/kit.sh made it here):
-#   bash scripts/gpu/check.sh [STEP...]    steps: env plan exported cli gtests bench (default: env cli gtests)
+#   bash scripts/gpu/check.sh [STEP...]    steps: env plan exported cli gtests bench trace suspects gpu
+#                                          (default: env cli gtests)
 # Unpacks the kit under /tmp/gpukit, links in only the libraries and Open MPI
 # paths that machine lacks, points /opt/sluice/torch-2.11 (the path the
 # binaries were built against) at its own Python's torch, then runs the CUDA
@@ -83,7 +84,13 @@ for step in "${steps[@]}"; do
       run cli_cuda 420 bash tests/cli/cuda.sh "$bin/sluice" "$root" ;;
     bench)
       run bench_precision 300 env SLUICE_BIN="$bin/sluice" bash bench/precision_gpu.sh ;;
-    *) echo "check: unknown step '$step' (env plan exported cli gtests bench)" >&2; exit 2 ;;
+    trace)  # a traced bf16 step of the 12 x 768 GPT: device trace lines; trace.json to $out
+      run trace 240 bash scripts/gpu/suspects.sh "$bin/sluice" trace "$out" ;;
+    suspects)  # as built, NaN fill on, transfer guard off: step time, loss, GPU utilisation
+      run suspects 300 bash scripts/gpu/suspects.sh "$bin/sluice" suspects "$out" ;;
+    gpu)
+      run bench_gpu 540 env SLUICE_BIN="$bin/sluice" bash bench/gpu.sh 2 12 ;;
+    *) echo "check: unknown step '$step' (env plan exported cli gtests bench trace suspects gpu)" >&2; exit 2 ;;
   esac
 done
 echo "=== summary"
