@@ -1,5 +1,6 @@
 #include "launcher/SafeTensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include "core/Error.h"
 #include "core/Files.h"
+#include "core/UntrustedJson.h"
 
 namespace sluice {
 namespace {
@@ -54,21 +56,30 @@ torch::Tensor readEntry(const std::string& path, const std::string& name, const 
   if (!type) {
     std::string names;
     for (auto& d : kDtypes) names += (names.empty() ? "" : ", ") + std::string(d.name);
-    throw bad("has dtype " + e["dtype"].dump() + " (Sluice reads " + names + ")");
+    throw bad("has dtype " + jsonSnippet(e["dtype"]) + " (Sluice reads " + names + ")");
   }
-  if (!e["shape"].is_array()) throw bad("has shape " + e["shape"].dump() + " (expected a list of sizes)");
+  if (!e["shape"].is_array()) throw bad("has shape " + jsonSnippet(e["shape"]) + " (expected a list of sizes)");
   std::vector<int64_t> shape;
+  // The bytes the shape needs, checked for overflow before anything is allocated.
+  const int64_t elementBytes = static_cast<int64_t>(c10::elementSize(*type));
+  int64_t bytes = elementBytes;
   for (auto& d : e["shape"]) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad("has shape " + e["shape"].dump());
-    shape.push_back(d.get<int64_t>());
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      throw bad("has a size " + jsonSnippet(d) + " in its shape (sizes are whole numbers >= 0)");
+    }
+    const int64_t size = d.get<int64_t>();
+    if (size > 0 && bytes > dataBytes / size) {
+      throw bad("has shape " + jsonSnippet(e["shape"], 200) + ", larger than the file's whole data section (" +
+                std::to_string(dataBytes) + " bytes)");
+    }
+    bytes *= size;
+    shape.push_back(size);
   }
   const auto& off = e["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer()) {
-    throw bad("has data_offsets " + off.dump() + " (expected [begin, end])");
+    throw bad("has data_offsets " + jsonSnippet(off, 200) + " (expected [begin, end])");
   }
   const int64_t begin = off[0].get<int64_t>(), end = off[1].get<int64_t>();
-  auto t = torch::empty(shape, torch::TensorOptions().dtype(*type));
-  const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
   if (begin < 0 || end < begin || end > dataBytes) {
     throw bad("lies at bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ") of a data section of " +
               std::to_string(dataBytes) + ": the file is truncated or not safetensors");
@@ -77,6 +88,7 @@ torch::Tensor readEntry(const std::string& path, const std::string& name, const 
     throw bad("has " + std::to_string(end - begin) + " bytes but shape " + shapeText(shape) + " of " +
               e["dtype"].get<std::string>() + " needs " + std::to_string(bytes));
   }
+  auto t = torch::empty(shape, torch::TensorOptions().dtype(*type));
   if (bytes > 0) std::memcpy(t.data_ptr(), data + begin, static_cast<size_t>(bytes));
   return t;
 }
@@ -118,19 +130,41 @@ std::map<std::string, torch::Tensor> loadSafeTensors(const std::string& path) {
   SLUICE_CHECK(n <= bytes.size() - 8, DataError,
                "safetensors file '" << path << "': its header claims " << n << " bytes but the file has "
                                     << bytes.size() << ": it is truncated or not safetensors");
-  Json header;
-  try {
-    header = Json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-  } catch (const Json::exception& e) {
-    throw DataError("safetensors file '" + path + "': the header is not JSON (" + e.what() + "): not safetensors");
-  }
+  const Json header = parseUntrustedJson(bytes.substr(8, n), "safetensors file '" + path + "': the header");
   SLUICE_CHECK(header.is_object(), DataError, "safetensors file '" << path << "': the header is not a JSON object");
   const char* data = bytes.data() + 8 + n;
   const int64_t dataBytes = static_cast<int64_t>(bytes.size() - 8 - n);
   std::map<std::string, torch::Tensor> out;
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> spans;  // (begin, end), name
   for (auto& [name, entry] : header.items()) {
-    if (name != "__metadata__") out[name] = readEntry(path, name, entry, data, dataBytes);
+    if (name == "__metadata__") {
+      bool strings = entry.is_object();
+      if (strings) {
+        for (auto& item : entry.items()) strings = strings && item.value().is_string();
+      }
+      SLUICE_CHECK(strings, DataError, "safetensors file '" << path << "': __metadata__ is "
+                                         << jsonSnippet(entry) << ", not an object of strings");
+      continue;
+    }
+    out[name] = readEntry(path, name, entry, data, dataBytes);
+    spans.push_back({{entry["data_offsets"][0].get<int64_t>(), entry["data_offsets"][1].get<int64_t>()}, name});
   }
+  // As Python's safetensors checks: the tensors tile the data section in
+  // order, with no overlap, no gap and nothing after the last one.
+  std::sort(spans.begin(), spans.end());
+  int64_t at = 0;
+  for (auto& [span, name] : spans) {
+    SLUICE_CHECK(span.first == at, DataError,
+                 "safetensors file '" << path << "': tensor '" << name << "' starts at byte " << span.first
+                                      << " of the data section, but the tensors before it end at byte " << at << " ("
+                                      << (span.first < at ? "they overlap" : "a gap")
+                                      << "): not a valid safetensors file");
+    at = span.second;
+  }
+  SLUICE_CHECK(at == dataBytes, DataError,
+               "safetensors file '" << path << "' has " << dataBytes - at << " bytes after its last tensor (the data "
+                                    << "section is " << dataBytes << " bytes, the tensors end at " << at
+                                    << "): trailing bytes, not a valid safetensors file");
   return out;
 }
 

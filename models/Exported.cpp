@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/Error.h"
+#include "core/UntrustedJson.h"
 #include "models/Pt2Archive.h"
 
 namespace sluice::models {
@@ -275,7 +276,7 @@ ExportedTensor tensorValue(const std::string& path, const Json& graph, const std
   t.dtype = pt2ScalarType(meta.at("dtype").get<int>(), "model.path '" + path + "': " + name);
   for (auto& s : meta.at("sizes")) {
     SLUICE_CHECK(s.contains("as_int"), ConfigError,
-                 "model.path '" << path << "': " << name << " has a symbolic size (" << s.dump()
+                 "model.path '" << path << "': " << name << " has a symbolic size (" << jsonSnippet(s)
                                 << "): export with static shapes (the example batch of training.micro_batch_size "
                                    "rows, no dynamic_shapes)");
     t.sizes.push_back(s.at("as_int").get<int64_t>());
@@ -300,7 +301,7 @@ ExportedSignature signatureOf(const std::string& path, const Json& module) {
       if (kindOf(spec) != kind) continue;
       const auto& arg = spec.at(kind).at("arg");
       SLUICE_CHECK(kindOf(arg) == "as_tensor", ConfigError,
-                   "model.path '" << path << "': " << what << " is " << arg.dump() << ", not a tensor; export with "
+                   "model.path '" << path << "': " << what << " is " << jsonSnippet(arg) << ", not a tensor; export with "
                                   << "tensor inputs (other arguments as kwargs) and the logits as the one output");
       names.push_back(arg.at("as_tensor").at("name").get<std::string>());
     }
@@ -395,7 +396,7 @@ ExportedModel ExportedModel::load(const std::string& path) {
     if (kind == "buffer_mutation") {
       m.updates_.emplace_back(spec.at(kind).at("buffer_name").get<std::string>(), arg.at("name").get<std::string>());
     } else if (kind != "user_output") {
-      throw ConfigError("model.path '" + path + "': an output of kind " + kind + " (" + arg.dump() +
+      throw ConfigError("model.path '" + path + "': an output of kind " + kind + " (" + jsonSnippet(arg) +
                         ") cannot be trained by Sluice; return one tensor (the logits) and mutate only buffers");
     }
   }

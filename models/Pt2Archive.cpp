@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/Error.h"
+#include "core/UntrustedJson.h"
 
 namespace sluice::models {
 namespace {
@@ -20,16 +21,15 @@ std::string readRecord(caffe2::serialize::PyTorchStreamReader& zip, const std::s
 
 Json parse(const std::string& path, const std::string& record, const std::string& text) {
   try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw ConfigError("model.path '" + path + "': " + record + " is not JSON (" + e.what() +
-                      "); write the file again with torch.export.save");
+    return parseUntrustedJson(text, record);
+  } catch (const DataError& e) {
+    throw ConfigError("model.path '" + path + "': " + e.what() + "; write the file again with torch.export.save");
   }
 }
 
 int64_t asInt(const Json& sym, const std::string& where) {
   SLUICE_CHECK(sym.contains("as_int"), ConfigError,
-               where << " has a symbolic size (" << sym.dump() << "); export with static shapes");
+               where << " has a symbolic size (" << jsonSnippet(sym) << "); export with static shapes");
   return sym.at("as_int").get<int64_t>();
 }
 

@@ -154,4 +154,25 @@ expect_failure micro_batch "was exported for batches of 2 rows, but training.mic
   "$SLUICE" train "$TMP/hf.yaml" --set training.micro_batch_size=4 --set job.output_dir="$TMP/e6"
 expect_failure weights_mismatch "holds 'model.embed_tokens.weight', which is no parameter or buffer of the model" "$TMP/e7" -- \
   "$SLUICE" train "$TMP/hf.yaml" --set model.weights="$TMP/llama/model.safetensors" --set job.output_dir="$TMP/e7"
+# Crafted files (issue 53): a program whose model record nests a value 100,000 levels deep, and a weights
+# file whose header does, end with exit 2 and the file's name (they used to crash with SIGSEGV).
+"$PY" - "$TMP/gpt2/model.pt2" "$TMP/deep.pt2" "$TMP/deep.safetensors" <<'PY' || fail "crafting the deep files"
+import struct, sys, zipfile
+deep = b'{"graph_module": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+with zipfile.ZipFile(sys.argv[1]) as src, zipfile.ZipFile(sys.argv[2], "w") as dst:
+    names = [i.filename for i in src.infolist()]
+    assert any("/models/" in n and n.endswith(".json") for n in names), names
+    for info in src.infolist():
+        data = src.read(info.filename)
+        dst.writestr(info, deep if "/models/" in info.filename and info.filename.endswith(".json") else data)
+header = b'{"w": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(header)) + header)
+PY
+expect_failure deep_program "more than 64 levels deep" "$TMP/e8" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/deep.pt2" --set job.output_dir="$TMP/e8"
+[ "$FAILURE_RC" -eq 2 ] || fail "deep_program: exit $FAILURE_RC, not 2"
+grep -qF "$TMP/deep.pt2" "$TMP/deep_program.log" || fail "deep_program: the message does not name the file"
+expect_failure deep_weights "safetensors file '$TMP/deep.safetensors': the header nests values more than 64 levels deep" "$TMP/e9" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.weights="$TMP/deep.safetensors" --set job.output_dir="$TMP/e9"
+[ "$FAILURE_RC" -eq 2 ] || fail "deep_weights: exit $FAILURE_RC, not 2"
 echo "ok: Hugging Face GPT-2 and Llama through torch.export: PyTorch's losses on 1 stage and 2x2, from_pretrained of the export, dropout layouts, refusals"

@@ -58,6 +58,49 @@ TEST(SafeTensors, DamagedFilesAreDataErrors) {
   std::remove(path.c_str());
 }
 
+// Issue 53: crafted headers end in a DataError that names the file and the
+// reason: no crash (a value nested 100,000 levels deep used to overflow the
+// stack while the message was built), no 4 TiB allocation for a huge shape,
+// and what Python's reader refuses (a duplicated name, overlapping tensors,
+// a gap, trailing bytes) is refused here too.
+TEST(SafeTensors, CraftedHeadersAreRefusedWithTheirReason) {
+  const std::string path = testing::TempDir() + "/crafted.safetensors";
+  auto refusal = [&](const std::string& header, size_t dataBytes) -> std::string {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    bytes += header + std::string(dataBytes, '\1');
+    std::ofstream(path, std::ios::binary) << bytes;
+    try {
+      loadSafeTensors(path);
+    } catch (const DataError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  auto expectRefused = [&](const std::string& header, size_t dataBytes, const std::string& reason) {
+    const auto message = refusal(header, dataBytes);
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << "expected '" << reason << "' in: " << message;
+    EXPECT_LT(message.size(), 600u) << message;
+  };
+  const std::string f32 = R"("dtype":"F32","shape":[2],"data_offsets":)";
+  EXPECT_EQ(refusal("{\"a\":{" + f32 + "[0,8]},\"b\":{" + f32 + "[8,16]}}", 16), "accepted");
+  const int deep = 100000;
+  expectRefused("{\"a\":" + std::string(deep, '[') + std::string(deep, ']') + "}", 0, "more than 64 levels deep");
+  expectRefused("{\"a\":{\"dtype\":" + std::string(deep, '[') + std::string(deep, ']') + "}}", 0, "levels deep");
+  expectRefused("{\"a\":{" + f32 + "[0,8]},\"a\":{" + f32 + "[8,16]}}", 16, "names the key \"a\" twice");
+  expectRefused("{\"a\":{" + f32 + "[0,8]},\"b\":{" + f32 + "[4,12]}}", 16, "they overlap");
+  expectRefused("{\"a\":{" + f32 + "[0,8]},\"b\":{" + f32 + "[12,20]}}", 20, "a gap");
+  expectRefused("{\"a\":{" + f32 + "[0,8]}}", 12, "4 bytes after its last tensor");
+  expectRefused(R"({"a":{"dtype":"F32","shape":[1048576,1048576],"data_offsets":[0,8]}})", 8,
+                "larger than the file's whole data section");
+  expectRefused(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "sizes are whole numbers");
+  expectRefused(R"({"a":{"dtype":)" + std::string("\"") + std::string(5000, 'x') + R"(","shape":[2],"data_offsets":[0,8]}})", 8,
+                "has dtype \"xxxx");
+  expectRefused(R"({"__metadata__":{"format":7}})", 0, "__metadata__ is an object with 1 keys, not an object of strings");
+  std::remove(path.c_str());
+}
+
 TEST(SafeTensors, WeightsAreCheckedAgainstTheModule) {
   torch::manual_seed(4);
   torch::nn::Linear model(3, 2), other(3, 2);
