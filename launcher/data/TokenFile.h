@@ -4,8 +4,16 @@
 // Format: little-endian uint16 ids (vocabularies up to 65,536) or uint32
 // (data.token_dtype), back to back; or llm.c's layout: a header of 256 int32
 // (magic 20240520, version 1 = uint16 / 2 = uint32, the token count) and
-// then the ids. scripts/tokenize.py writes the latter. The file is
-// memory-mapped, read-only, and never copied whole.
+// then the ids. scripts/tokenize.py writes the latter. The file is read,
+// never copied whole: each batch reads its windows with pread() from the
+// descriptor opened at load (not a memory mapping, so a file truncated
+// underneath cannot kill the rank with SIGBUS).
+//
+// A file that changes while the job reads it (truncated, rewritten in place,
+// appended to: its size or modification time differs from the load's) ends
+// the job with a DataError naming the file and what changed, at the next
+// batch; a file replaced by a rename is not seen (the open descriptor keeps
+// reading the file that was loaded).
 //
 // Samples: window k is tokens [k T, k T + T + 1) (T = block size; input the
 // first T, target the last T), so windows = (tokens - 1) / T and none
@@ -20,7 +28,9 @@
 // file, a size that is not a whole number of ids, a header whose magic,
 // version or count does not match the file or data.token_dtype, fewer
 // tokens than one window, a token id >= the model's vocabulary (checked over
-// the whole file at load).
+// the whole file at load), and a headerless file of uint32 ids read as
+// uint16 (every id at an odd position 0: the ids' high halves; over 1,024 ids
+// or more).
 #pragma once
 
 #include <sys/stat.h>
@@ -30,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/Files.h"
 #include "launcher/data/Dataset.h"
 
 namespace sluice::data {
@@ -51,22 +62,17 @@ class TokenFile : public Dataset {
   static constexpr int64_t kHeaderInts = 256;
 
  private:
-  int64_t id(int64_t i) const;  // token i (unaligned little-endian read)
-  int64_t largestId(const struct stat& st) const;
+  // Reads `bytes` at `offset` of the file (DataError on a short read: the file shrank).
+  void readAt(int64_t offset, int64_t bytes, uint8_t* out) const;
+  // DataError when the file's size or modification time is no longer the load's.
+  void checkUnchanged() const;
+  int64_t idAt(const uint8_t* p) const;  // one id (unaligned little-endian read)
+  std::pair<int64_t, bool> largestId(const struct stat& st) const;  // largest id, odd ids all 0
   Batch windowsAt(const std::vector<int64_t>& index) const;
   std::string path_;
-  // The whole file, mapped read-only; unmapped by its destructor, also when
-  // the constructor throws after mapping.
-  struct Mapping {
-    void* addr = nullptr;
-    size_t bytes = 0;
-    Mapping() = default;
-    Mapping(Mapping&& o) noexcept : addr(std::exchange(o.addr, nullptr)), bytes(o.bytes) {}
-    Mapping(const Mapping&) = delete;  // one owner unmaps
-    Mapping& operator=(const Mapping&) = delete;
-    ~Mapping();
-  } map_;
-  const uint8_t* ids_ = nullptr;  // the first id in the mapping
+  UniqueFd fd_;       // open for the object's life (pread)
+  struct stat stat_ {};  // at load
+  int64_t offset_ = 0;  // the first id's byte (after a header)
   int64_t width_ = 2, count_ = 0;  // bytes per id, ids
   bool header_ = false;
   int64_t blockSize_, seed_, windows_ = 0, maxId_ = 0;

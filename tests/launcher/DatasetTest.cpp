@@ -1,5 +1,6 @@
 // Datasets read real files and are a pure function of (seed, step).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -45,6 +46,51 @@ TEST(TokenFile, ARewrittenFileIsCheckedAgain) {
   larger[45] = 20;
   write(larger);
   EXPECT_THROW(data::TokenFile(path, "uint16", 8, 16, 1), DataError);  // id 20 >= vocabulary 16
+  std::remove(path.c_str());
+}
+
+// Issue 53: a token file truncated or rewritten while a job reads it ends in
+// a DataError naming the file at the next batch (a memory mapping made the
+// rank die with SIGBUS); the batches before the change are the file's.
+TEST(TokenFile, AFileThatChangesUnderneathIsADataErrorNotSIGBUS) {
+  const std::string path = testing::TempDir() + "/shrinks.bin";
+  std::vector<uint16_t> ids(4096);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint16_t>(i % 200);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), 2 * ids.size());
+  data::TokenFile file(path, "uint16", 32, 256, 1);
+  const auto first = file.slice(0, 2);
+  EXPECT_EQ(first.input[1][0].item<int64_t>(), 32);  // window 1 starts at token 32
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  try {
+    file.slice(100, 127);  // windows past byte 100
+    ADD_FAILURE() << "a truncated file was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("token file '" + path + "' changed while the job read it"), std::string::npos)
+        << e.what();
+  }
+  try {
+    file.batch(0, 4);
+    ADD_FAILURE() << "a truncated file was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("8192 bytes at load, 100 now"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+// Issue 53: uint32 ids read with the default uint16 are refused (every other
+// id would be 0), naming the setting that fixes it; read as uint32 they load.
+TEST(TokenFile, Uint32IdsReadAsUint16AreRefused) {
+  const std::string path = testing::TempDir() + "/wide.bin";
+  std::vector<uint32_t> ids(2048);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<uint32_t>(1 + i % 250);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(ids.data()), 4 * ids.size());
+  try {
+    data::TokenFile(path, "uint16", 32, 256, 1);
+    ADD_FAILURE() << "uint32 ids were read as uint16";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("set data.token_dtype: uint32"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(data::TokenFile(path, "uint32", 32, 256, 1).tokens(), 2048);
   std::remove(path.c_str());
 }
 
