@@ -31,7 +31,7 @@ void addProgram(std::vector<std::string>& argv, const LaunchRequest& r) {
 
 std::vector<RankHost> placeRanks(const std::vector<HostSlots>& hosts, int stages, int dataParallel) {
   const int world = stages * dataParallel;
-  int slots = 0;
+  int64_t slots = 0;
   std::ostringstream sum;
   for (auto& h : hosts) {
     slots += h.slots;
@@ -132,6 +132,19 @@ LaunchPlan srunPlan(const Config& c, int nodes, const LaunchRequest& r) {
   return plan;
 }
 
+// Slurm reads an #SBATCH line itself (not the shell): it honours double
+// quotes, reads % as a file-name pattern, and ends the directive at a newline.
+std::string sbatchOutput(const std::string& dir) {
+  std::string shown;
+  for (char ch : dir) shown += ch == '\n' ? std::string("\\n") : ch == '\r' ? std::string("\\r") : std::string(1, ch);
+  SLUICE_CHECK(dir.find_first_of("\n\r\"%") == std::string::npos, ConfigError,
+               "launch error: job.output_dir '" << shown << "' holds a newline, a double quote or a %, which an "
+                                                  "#SBATCH --output line cannot carry (Slurm reads % as a file-name "
+                                                  "pattern): choose a directory without them");
+  const std::string file = dir + "/slurm-%j.out";
+  return file.find_first_of(" \t") == std::string::npos ? file : "\"" + file + "\"";
+}
+
 std::string sbatchScript(const Config& c, int nodes, const LaunchRequest& r) {
   std::ostringstream os;
   os << "#!/bin/bash\n"
@@ -140,7 +153,7 @@ std::string sbatchScript(const Config& c, int nodes, const LaunchRequest& r) {
      << "#SBATCH --nodes=" << nodes << "\n"
      << "#SBATCH --ntasks=" << c.worldSize() << "\n"
      << "#SBATCH --signal=B:USR1@120\n"
-     << "#SBATCH --output=" << std::filesystem::absolute(c.job.outputDir).string() << "/slurm-%j.out\n"
+     << "#SBATCH --output=" << sbatchOutput(std::filesystem::absolute(c.job.outputDir).string()) << "\n"
      << "# SIGUSR1 two minutes before the time limit: the ranks finish their step, write a\n"
      << "# checkpoint and exit 0; submitting the script again resumes (checkpoint.resume: auto).\n"
      << "set -euo pipefail\n"

@@ -10,6 +10,8 @@
 namespace sluice {
 namespace {
 
+constexpr int kMaxSlots = 65536;  // ranks on one host: far beyond any machine, and sums of them cannot overflow
+
 int parseCount(const std::string& value, const std::string& where, const std::string& key) {
   size_t used = 0;
   int n = 0;
@@ -38,11 +40,19 @@ std::vector<HostSlots> parseHostfile(const std::string& text, const std::string&
     const std::string where = origin + ":" + std::to_string(number);
     SLUICE_CHECK(host.find('=') == std::string::npos, ConfigError,
                  "hostfile error: " << where << ": a line starts with the host name, got '" << host << "'");
+    // A name goes to mpirun and ssh as an argument: one starting with '-'
+    // would be read as an option (e.g. --oversubscribe).
+    SLUICE_CHECK(host.front() != '-' && host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                "0123456789.-_:[]") == std::string::npos,
+                 ConfigError,
+                 "hostfile error: " << where << ": '" << host << "' is not a host name (letters, digits, '.', '-', "
+                                    << "'_', ':' and brackets, not starting with '-')");
     SLUICE_CHECK(seen.insert(host).second, ConfigError,
                  "hostfile error: " << where << ": host " << host << " is listed twice (give it one line with "
                                     << "all its slots)");
     HostSlots h{host, 1, number};
     int maxSlots = -1;
+    std::set<std::string> given;  // keys on this line
     std::string word;
     while (words >> word) {
       const auto eq = word.find('=');
@@ -50,7 +60,12 @@ std::vector<HostSlots> parseHostfile(const std::string& text, const std::string&
       SLUICE_CHECK(eq != std::string::npos && (key == "slots" || key == "max_slots"), ConfigError,
                    "hostfile error: " << where << ": unknown entry '" << word
                                       << "' (a line is: HOST [slots=N] [max_slots=M])");
+      SLUICE_CHECK(given.insert(key).second, ConfigError,
+                   "hostfile error: " << where << ": " << key << " is given twice for host " << host);
       const int n = parseCount(word.substr(eq + 1), where, key);
+      SLUICE_CHECK(n <= kMaxSlots, ConfigError,
+                   "hostfile error: " << where << ": " << key << "=" << n << " for host " << host << " is more than "
+                                      << kMaxSlots << " ranks on one machine");
       if (key == "slots") h.slots = n;
       if (key == "max_slots") maxSlots = n;
     }

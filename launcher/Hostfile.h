@@ -7,8 +7,11 @@
 //
 // One host per line, optionally followed by `slots=N` (ranks it may run;
 // default 1) and `max_slots=M` (>= slots; accepted for Open MPI's format,
-// not used). A duplicate host, slots < 1, another key or an empty file is a
-// ConfigError naming the file and line. Order matters: ranks fill the hosts
+// not used). A duplicate host, a key given twice on a line, slots < 1 or
+// over 65,536, another key, a host name that is not one (only letters,
+// digits, '.', '-', '_', ':' and brackets, not starting with '-': it goes to
+// mpirun and ssh as an argument) or an empty file is a ConfigError naming the
+// file and line. Order matters: ranks fill the hosts
 // in this order (see ClusterLaunch.h).
 #pragma once
 

@@ -41,6 +41,19 @@ TEST(Hostfile, ErrorsNameTheLine) {
   EXPECT_THROW(readHostfile("/nonexistent/hosts"), ConfigError);
 }
 
+// Issue 53: a host name that mpirun would read as an option, a key given
+// twice, and slot counts whose sum would overflow are refused.
+TEST(Hostfile, OptionsKeysTwiceAndHugeSlotsAreRefused) {
+  EXPECT_NE(errorOf("--oversubscribe\n").find("hosts:1: '--oversubscribe' is not a host name"), std::string::npos)
+      << errorOf("--oversubscribe\n");
+  EXPECT_NE(errorOf("a;rm slots=1\n").find("is not a host name"), std::string::npos);
+  EXPECT_NE(errorOf("a slots=2 slots=4\n").find("hosts:1: slots is given twice for host a"), std::string::npos)
+      << errorOf("a slots=2 slots=4\n");
+  EXPECT_NE(errorOf("a slots=2147483647\nb slots=2147483647\n").find("hosts:1: slots=2147483647 for host a is more"),
+            std::string::npos);
+  EXPECT_EQ(errorOf("node-1.example.org slots=65536\n10.0.0.2\n[fe80::1] slots=2\n"), "");
+}
+
 TEST(ClusterLaunch, RanksFillHostsInOrderSoPipelineNeighboursShareAHost) {
   auto placement = placeRanks(parseHostfile("h1 slots=2\nh2 slots=2\n", "hosts"), 2, 2);
   ASSERT_EQ(placement.size(), 4u);
@@ -124,6 +137,28 @@ TEST(ClusterLaunch, SrunCommandAndBatchScript) {
   EXPECT_NE(script.find("exec /opt/sluice launch /cfg/job.yaml --set cluster.launcher=slurm --set cluster.nodes=2\n"),
             std::string::npos)
       << script;
+}
+
+// Issue 53: the batch script's #SBATCH --output line (read by Slurm, not
+// the shell): a path with spaces is double-quoted, one with a newline, a
+// double quote or a % is refused (a newline used to write a shell command
+// into the script).
+TEST(ClusterLaunch, TheBatchScriptsOutputLineCannotBeBroken) {
+  auto c = clusterConfig();
+  LaunchRequest r{"/opt/sluice", "/cfg/job.yaml", {}, false};
+  c.job.outputDir = "/runs/my job";
+  EXPECT_NE(sbatchScript(c, 2, r).find("#SBATCH --output=\"/runs/my job/slurm-%j.out\"\n"), std::string::npos)
+      << sbatchScript(c, 2, r);
+  for (const std::string bad : {"/runs/x\ntouch /tmp/pwned", "/runs/x\"y", "/runs/100%"}) {
+    c.job.outputDir = bad;
+    try {
+      sbatchScript(c, 2, r);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("#SBATCH --output line cannot carry"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "the message shows the newline escaped";
+    }
+  }
 }
 
 TEST(Supervisor, NamesTheHostOfTheRootCause) {
