@@ -171,6 +171,40 @@ std::string resumeDirectory(const Config& c) {
   return (fs::path(c.checkpointDir()) / name).string();
 }
 
+namespace {
+
+// What a hand-edited or foreign manifest could get wrong, before anything is
+// read by it: its step (the directory step_<N> it sits in was named from it),
+// the layout's counts, and the file names (only this rank's own file names,
+// rank_<r>.tensors, inside the checkpoint: never a path elsewhere).
+void checkManifest(const Manifest& m, const fs::path& dir) {
+  const std::string where = "checkpoint " + m.path + ": manifest.yaml";
+  SLUICE_CHECK(m.step >= 0, CheckpointError, where << " says step " << m.step << ", not a step count");
+  const std::string base = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  if (base.rfind("step_", 0) == 0 && base.size() > 5 && base.find_first_not_of("0123456789", 5) == std::string::npos) {
+    const int64_t named = std::stoll(base.substr(5));
+    SLUICE_CHECK(named == m.step, CheckpointError,
+                 where << " says step " << m.step << " but the checkpoint is " << base
+                       << " (written after step " << named << "): the manifest was edited or belongs to another "
+                          "checkpoint");
+  }
+  SLUICE_CHECK(m.layout.stages >= 1 && m.layout.dataParallel >= 1, CheckpointError,
+               where << " says " << m.layout.stages << " stages and " << m.layout.dataParallel
+                     << " replicas: both must be at least 1");
+  const int ranks = m.layout.stages * m.layout.dataParallel;
+  for (auto& f : m.files) {
+    SLUICE_CHECK(f.rank >= 0 && f.rank < ranks && f.stage >= 0 && f.stage < m.layout.stages, CheckpointError,
+                 where << " lists " << f.name << " for rank " << f.rank << ", stage " << f.stage << ", outside its "
+                       << ranks << " ranks and " << m.layout.stages << " stages");
+    SLUICE_CHECK(f.name == fileName(f.rank), CheckpointError,
+                 where << " names the file '" << f.name << "' for rank " << f.rank << "; a checkpoint's files are "
+                       << fileName(f.rank) << " and so on, inside it");
+    SLUICE_CHECK(f.bytes >= 0, CheckpointError, where << " gives " << f.name << " " << f.bytes << " bytes");
+  }
+}
+
+}  // namespace
+
 Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current) {
   const fs::path dir(path);
   const fs::path manifestPath = dir / "manifest.yaml";
@@ -218,6 +252,7 @@ Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current
   } catch (const YAML::Exception& e) {
     throw CheckpointError("checkpoint " + path + ": manifest.yaml lacks a field (" + e.msg + ")");
   }
+  checkManifest(m, dir);
   // The same model: every model key must agree.
   for (auto& [key, value] : current.model) {
     auto it = m.layout.model.find(key);
@@ -269,13 +304,21 @@ RankState loadCheckpoint(const Manifest& m, const std::vector<std::string>& name
       throw CheckpointError(std::string("checkpoint file is unreadable: ") + e.what());
     }
   };
+  // An entry the manifest says a file holds (CheckpointError when it does not: files swapped or edited).
+  auto entry = [&](const CheckpointFile& f, const std::string& key) -> torch::Tensor {
+    auto& all = contents(f);
+    auto it = all.find(key);
+    SLUICE_CHECK(it != all.end(), CheckpointError,
+                 "checkpoint file " << (fs::path(m.path) / f.name).string() << " lacks " << key
+                                    << ", which manifest.yaml says it holds: the files were swapped or edited");
+    return it->second;
+  };
   RankState out;
   for (auto& name : names) {
     auto h = holder.find(name);
     SLUICE_CHECK(h != holder.end(), CheckpointError,
                  "checkpoint " << m.path << " has no tensor " << name << ": it was made for another model");
-    auto& all = contents(*h->second);
-    out.tensors[name] = all.at("tensor/" + name);
+    out.tensors[name] = entry(*h->second, "tensor/" + name);
   }
   for (auto& name : trainable) {
     auto h = holder.find(name);
@@ -285,8 +328,8 @@ RankState loadCheckpoint(const Manifest& m, const std::vector<std::string>& name
     if (m1 == all.end()) continue;  // saved before the first step
     optim::AdamState a;
     a.expAvg = m1->second;
-    a.expAvgSq = all.at("adam/" + name + "/exp_avg_sq");
-    a.step = all.at("adam/" + name + "/step").item<int64_t>();
+    a.expAvgSq = entry(*h->second, "adam/" + name + "/exp_avg_sq");
+    a.step = entry(*h->second, "adam/" + name + "/step").item<int64_t>();
     out.adam[name] = a;
   }
   if (sameLayout) {

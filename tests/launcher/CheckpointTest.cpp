@@ -147,6 +147,52 @@ TEST(Checkpoint, TornAndForeignCheckpointsAreRefused) {
   expectRefusal([&] { openCheckpoint(good, layoutOf("64")); }, "rank_0.tensors is truncated");
 }
 
+// Issue 53: a hand-edited manifest cannot move training to another step
+// (step: 3 in step_4's directory, or step: -7), name a file outside the
+// checkpoint (../../other/rank_1.tensors), or make a file that lacks a
+// tensor it claims end in a library's "map::at".
+TEST(Checkpoint, EditedManifestsAreRefusedWithTheirReason) {
+  TempDir dir;
+  auto self = Communicator::self();
+  CheckpointInfo info;
+  info.step = 4;
+  saveCheckpoint(dir.path.string(), info, layoutOf("64"), stateAt(4), 0, self, 1);
+  const auto good = dir.path / "step_00000004";
+  const auto manifest = (good / "manifest.yaml").string();
+  const std::string original = readFile(manifest);
+  auto refusal = [&](const std::string& from, const std::string& to) -> std::string {
+    std::string edited = original;
+    const auto at = edited.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in:\n" << original;
+    if (at == std::string::npos) return "";
+    edited.replace(at, from.size(), to);
+    writeFileDurably(manifest, edited);
+    try {
+      auto m = openCheckpoint(good.string(), layoutOf("64"));
+      loadCheckpoint(m, {"b", "w"}, {"w"}, 0, true);
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_NE(refusal("step: 4", "step: 3").find("says step 3 but the checkpoint is step_00000004"), std::string::npos);
+  EXPECT_NE(refusal("step: 4", "step: -7").find("says step -7, not a step count"), std::string::npos);
+  EXPECT_NE(refusal("name: rank_0.tensors", "name: ../../other/rank_0.tensors")
+                .find("names the file '../../other/rank_0.tensors' for rank 0"),
+            std::string::npos);
+  writeFileDurably(manifest, original);
+  auto m = openCheckpoint(good.string(), layoutOf("64"));
+  m.files[0].tensors.push_back("ghost");
+  try {
+    loadCheckpoint(m, {"ghost"}, {}, 0, true);
+    ADD_FAILURE() << "a tensor the file lacks was loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_0.tensors lacks tensor/ghost, which manifest.yaml says it holds"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Supervisor, NamesTheRootCauseAndDropsLauncherNoise) {
   EXPECT_EQ(rootCauseOf("[rank 1] error: this rank failed: SLUICE_FAULT: injected failure"),
             "rank 1: SLUICE_FAULT: injected failure");
