@@ -160,6 +160,14 @@ std::optional<CommandLine> parseCommandLine(int argc, char** argv) {
     std::cout << p.app.help();
     return std::nullopt;
   }
+  // An unknown command with --help: CLI11 would answer the general help and
+  // exit 0, as if the command existed.
+  const std::string first = argv[1];
+  bool known = false;
+  for (const auto* sub : p.app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->get_name() == first;
+  if (!first.empty() && first[0] != '-' && !known) {
+    throw ConfigError("sluice: unknown command '" + first + "'\n\n" + p.app.help());
+  }
   try {
     p.app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -52,6 +52,8 @@ TEST(CommandLine, AFlagOfAnotherCommandIsRefusedNamingTheCommand) {
             npos);
   EXPECT_NE(errorOfArgs({"sluice", "train", "c.yaml", "-o", "x.pb"}).find("sluice: train does not take -o"), npos);
   EXPECT_NE(errorOfArgs({"sluice", "frobnicate", "c.yaml"}).find("sluice: unknown command 'frobnicate'"), npos);
+  // Issue 53: with --help too (CLI11 printed the general help and exited 0).
+  EXPECT_NE(errorOfArgs({"sluice", "frobnicate", "--help"}).find("sluice: unknown command 'frobnicate'"), npos);
   EXPECT_EQ(errorOfArgs({"sluice", "partition", "c.yaml", "--profile", "p.pb", "-o", "x.pb", "--budget-mb", "10"}), "");
 }
 
