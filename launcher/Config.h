@@ -54,6 +54,9 @@ const char* dataName(DataKind kind);
 struct JobConfig {
   std::string name = "sluice";      // shown in logs
   std::string outputDir = "runs/sluice";  // metrics.jsonl, config.resolved.yaml, logs/ go here
+  // job.overwrite: start afresh over an earlier run's metrics and checkpoints
+  // in these directories (default: refused, launcher/OutputLock.h)
+  bool overwrite = false;
   int64_t seed = 1234;               // model init and data order
   int threadsPerRank = 0;            // LibTorch intra-op threads; 0 = cores / ranks on this node
   // job.device: cpu | cuda (one GPU per rank: LOCAL_RANK modulo the GPUs present)

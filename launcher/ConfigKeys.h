@@ -31,6 +31,7 @@ template <class S>
 void jobKeys(S& s, Config& c) {
   s.key("name", c.job.name);
   s.key("output_dir", c.job.outputDir);
+  s.key("overwrite", c.job.overwrite);
   s.key("seed", c.job.seed);
   s.key("threads_per_rank", c.job.threadsPerRank);
   s.choice("device", c.job.device, deviceKindName, parseDeviceKind);

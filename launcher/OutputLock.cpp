@@ -75,19 +75,100 @@ void OutputLock::removeIfUnused() noexcept {
   fs::remove(dir_, ec);
 }
 
-std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config) {
-  std::vector<std::unique_ptr<OutputLock>> locks;
-  locks.push_back(std::make_unique<OutputLock>(config.job.outputDir, "job.output_dir"));
-  if (config.checkpoint.interval > 0) {
-    const auto out = fs::weakly_canonical(config.job.outputDir);
-    const auto ck = fs::weakly_canonical(config.checkpointDir());
-    // Inside the output directory: covered by its lock; only checked.
-    const bool inside = std::mismatch(out.begin(), out.end(), ck.begin(), ck.end()).first == out.end();
-    if (inside) {
-      requireDirectoryOrAbsent(config.checkpointDir(), "checkpoint.dir");
-    } else {
-      locks.push_back(std::make_unique<OutputLock>(config.checkpointDir(), "checkpoint.dir"));
+namespace {
+
+bool within(const fs::path& inner, const fs::path& outer) {
+  return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
+}
+
+// Whether another process holds the lock file (a lock file nobody holds is a
+// finished job's).
+bool heldElsewhere(const fs::path& lockFile) {
+  UniqueFd fd(::open(lockFile.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;  // released when fd closes
+  return errno == EWOULDBLOCK;
+}
+
+std::string holderOf(const fs::path& lockFile) {
+  std::string who = readFile(lockFile.string());
+  while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+  return who.empty() ? "holder unknown" : who;
+}
+
+// A directory of this job inside, or around, one another live job holds:
+// the directories above it, and (up to 20,000 entries) the tree below it.
+void refuseNestedInOthers(const fs::path& dir, const std::string& key, const std::vector<fs::path>& mine) {
+  auto refuse = [&](const fs::path& lockFile, const char* relation) {
+    throw ConfigError("config error: " + key + " '" + dir.string() + "' is " + relation + " '" +
+                      lockFile.parent_path().string() + "', which another sluice job is using (" + holderOf(lockFile) +
+                      "): jobs must not write into each other's directories; give this job a directory of its own");
+  };
+  auto ours = [&](const fs::path& lockFile) {
+    return std::find(mine.begin(), mine.end(), lockFile.parent_path()) != mine.end();
+  };
+  for (fs::path up = dir.parent_path(); !up.empty(); up = up.parent_path()) {
+    const fs::path lockFile = up / ".sluice.lock";
+    if (!ours(lockFile) && heldElsewhere(lockFile)) refuse(lockFile, "inside");
+    if (up == up.root_path()) break;
+  }
+  std::error_code ec;
+  int seen = 0;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end && seen < 20000; it.increment(ec), ++seen) {
+    const fs::path lockFile = it->path();
+    if (lockFile.filename() != ".sluice.lock" || lockFile.parent_path() == dir || ours(lockFile)) continue;
+    if (heldElsewhere(lockFile)) refuse(lockFile, "around");
+  }
+}
+
+// An earlier run's outputs that starting afresh would overwrite: its metrics
+// (truncated by a new run) and its checkpoints (step directories rewritten,
+// `latest` moved back). "" when there are none or this job resumes.
+std::string earlierRun(const Config& config) {
+  std::string found;
+  std::error_code ec;
+  const fs::path metrics = fs::path(config.job.outputDir) / "metrics.jsonl";
+  if (fs::exists(metrics, ec) && fs::file_size(metrics, ec) > 0) found = metrics.string();
+  const fs::path ck(config.checkpointDir());
+  for (fs::directory_iterator it(ck, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (name == "latest" || name.rfind("step_", 0) == 0) {
+      found += (found.empty() ? "" : " and ") + std::string("checkpoints in ") + ck.string();
+      break;
     }
+  }
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config, bool resumes) {
+  std::vector<std::unique_ptr<OutputLock>> locks;
+  std::vector<fs::path> mine;  // the directories this job locks, canonical
+  auto lock = [&](const std::string& dir, const std::string& key) {
+    locks.push_back(std::make_unique<OutputLock>(dir, key));
+    mine.push_back(fs::weakly_canonical(dir));
+  };
+  lock(config.job.outputDir, "job.output_dir");
+  // checkpoint.dir even with checkpoint.interval 0: a stop signal (SIGTERM,
+  // preemption) writes a checkpoint there.
+  const auto out = fs::weakly_canonical(config.job.outputDir);
+  const auto ck = fs::weakly_canonical(config.checkpointDir());
+  if (within(ck, out)) {
+    requireDirectoryOrAbsent(config.checkpointDir(), "checkpoint.dir");  // covered by the output's lock
+  } else {
+    lock(config.checkpointDir(), "checkpoint.dir");
+  }
+  refuseNestedInOthers(out, "job.output_dir", mine);
+  if (!within(ck, out)) refuseNestedInOthers(ck, "checkpoint.dir", mine);
+  if (!config.job.overwrite && !resumes) {
+    const std::string earlier = earlierRun(config);
+    SLUICE_CHECK(earlier.empty(), ConfigError,
+                 "config error: job.output_dir '" << config.job.outputDir << "' holds an earlier run (" << earlier
+                     << ") and this job would start afresh over it (checkpoint.resume: "
+                     << config.checkpoint.resume << "): resume it (checkpoint.resume: auto), give this job another "
+                        "job.output_dir, or set job.overwrite: true to replace it");
   }
   return locks;
 }

@@ -252,7 +252,7 @@ int runTrainOrWorker(const sluice::CommandLine& a, int argc, char** argv) {
   // The job's launcher (or a single-process run) owns its outputs until it
   // exits: checked writable now, one job per directory (launcher/OutputLock.h).
   std::vector<std::unique_ptr<sluice::OutputLock>> locks;
-  if (!sluice::Communicator::launchedByMpi()) locks = sluice::lockJobOutputs(config);
+  if (!sluice::Communicator::launchedByMpi()) locks = sluice::lockJobOutputs(config, !sluice::resumeDirectory(config).empty());
   const bool supervise = config.worldSize() > 1 || config.cluster.maxRestarts > 0;
   if (a.command == "train" && supervise && !sluice::Communicator::launchedByMpi()) {
     // mpirun as a child: its output filtered, the root cause named, restarts and preemption handled.
@@ -332,7 +332,7 @@ int runLaunch(sluice::CommandLine a) {
     std::cout << line << std::endl;
     return 0;
   }
-  auto locks = sluice::lockJobOutputs(config);  // launcher/OutputLock.h
+  auto locks = sluice::lockJobOutputs(config, !sluice::resumeDirectory(config).empty());  // launcher/OutputLock.h
   std::cerr << "sluice: launching " << config.worldSize() << " ranks (" << where << "): " << line << std::endl;
   sluice::SupervisedJob job;
   job.plan = plan;

@@ -71,7 +71,24 @@ for _ in $(seq 600); do [ -s "$TMP/held/metrics.jsonl" ] && break; kill -0 $hold
 [ -s "$TMP/held/metrics.jsonl" ] || { kill -9 $holder; cat "$TMP/held.log"; fail "the first job wrote no metrics"; }
 rc=0
 "$SLUICE" train "$cfg" "${tiny[@]}" --set training.steps=3 --set job.output_dir="$TMP/held" >"$TMP/second.log" 2>&1 || rc=$?
+# Issue 53: a job whose checkpoint.dir lies inside the held output_dir is refused too (it took a lock of its own).
+rc_inside=0
+"$SLUICE" train "$cfg" "${tiny[@]}" --set training.steps=3 --set job.output_dir="$TMP/other" \
+  --set checkpoint.dir="$TMP/held/checkpoints" >"$TMP/inside.log" 2>&1 || rc_inside=$?
 kill -TERM $holder; wait $holder || true
+[ "$rc_inside" -eq 2 ] && grep -q "checkpoint.dir '$TMP/held/checkpoints' is inside '$TMP/held', which another sluice job is using" \
+  "$TMP/inside.log" || { cat "$TMP/inside.log"; fail "a checkpoint.dir inside a held output_dir: exit $rc_inside"; }
+[ ! -e "$TMP/other" ] || fail "the refused job wrote $TMP/other"
+echo "ok: a checkpoint.dir inside another job's output_dir: $(grep -o "is inside .*" "$TMP/inside.log" | cut -c1-90)..."
+# The first job has ended (its SIGTERM stop wrote a checkpoint); a new run there that would start afresh is refused
+# and leaves its metrics and checkpoints as they were.
+[ -f "$TMP/held/checkpoints/latest" ] || fail "the stopped job wrote no checkpoint"
+before=$(cd "$TMP/held" && find . -type f ! -name .sluice.lock -exec md5sum {} + | sort)
+expect_failure afresh_over_a_run "holds an earlier run ($TMP/held/metrics.jsonl and checkpoints in $TMP/held/checkpoints)" \
+  "$TMP/none" -- "$SLUICE" train "$cfg" "${tiny[@]}" --set training.steps=3 --set job.output_dir="$TMP/held" \
+  --set checkpoint.resume=none
+[ "$(cd "$TMP/held" && find . -type f ! -name .sluice.lock -exec md5sum {} + | sort)" = "$before" ] ||
+  fail "the refused run changed the earlier run's files"
 [ "$rc" -eq 2 ] || { cat "$TMP/second.log"; fail "second job on a held output_dir: exit $rc"; }
 grep -q "job.output_dir '$TMP/held' is in use by another sluice job (pid $holder on host " "$TMP/second.log" ||
   { cat "$TMP/second.log"; fail "second job: the holder is not named"; }

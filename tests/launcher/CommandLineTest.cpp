@@ -98,10 +98,48 @@ TEST(OutputLock, ACheckpointDirThatIsAFileIsRefusedAndNothingStays) {
   writeFile(dir + "a_file", "");
   auto config = Config::fromYamlText("job: {output_dir: " + dir + "out}\nmodel: {name: gpt}\n",
                                      {"checkpoint.interval=5", "checkpoint.dir=" + dir + "a_file"});
-  EXPECT_NE(configErrorOf([&] { lockJobOutputs(config); })
+  EXPECT_NE(configErrorOf([&] { lockJobOutputs(config, false); })
                 .find("checkpoint.dir '" + dir + "a_file' is a file, not a directory"),
             npos);
   EXPECT_FALSE(std::filesystem::exists(dir + "out")) << "the refused job left its output folder";
+  // Issue 53: also with checkpoint.interval 0, since a stop signal writes a checkpoint there.
+  config.checkpoint.interval = 0;
+  EXPECT_NE(configErrorOf([&] { lockJobOutputs(config, false); }).find("is a file, not a directory"), npos);
+}
+
+// Issue 53: one job, one tree. While job A holds its output directory, a job
+// whose checkpoint.dir lies inside it, or whose output directory contains
+// it, is refused naming A's directory; once A ends both may start. A job
+// that would start afresh over an earlier run's metrics or checkpoints is
+// refused unless it resumes or says job.overwrite: true.
+TEST(OutputLock, JobsDoNotNestInEachOthersDirectoriesOrOverwriteARun) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(testing::TempDir()) / "nest";
+  fs::remove_all(root);
+  auto config = [&](const std::string& out, std::vector<std::string> more = {}) {
+    more.push_back("job.output_dir=" + (root / out).string());
+    return Config::fromYamlText("model: {name: gpt}\n", more);
+  };
+  {
+    auto a = lockJobOutputs(config("a"), false);  // job A, live
+    const auto inside = configErrorOf(
+        [&] { lockJobOutputs(config("b", {"checkpoint.dir=" + (root / "a" / "ck").string()}), false); });
+    EXPECT_NE(inside.find("checkpoint.dir '" + (root / "a" / "ck").string() + "' is inside '" + (root / "a").string() +
+                          "', which another sluice job is using (pid "),
+              npos)
+        << inside;
+    const auto around = configErrorOf([&] { lockJobOutputs(config(""), false); });
+    EXPECT_NE(around.find("is around '" + (root / "a").string() + "'"), npos) << around;
+  }
+  EXPECT_NO_THROW(lockJobOutputs(config("", {"job.overwrite=true"}), false)) << "A has ended: its lock file is stale";
+  fs::create_directories(root / "run");
+  writeFile((root / "run" / "metrics.jsonl").string(), "{\"step\": 0}\n");
+  const auto earlier = configErrorOf([&] { lockJobOutputs(config("run"), false); });
+  EXPECT_NE(earlier.find("holds an earlier run (" + (root / "run" / "metrics.jsonl").string()), npos) << earlier;
+  EXPECT_NE(earlier.find("set job.overwrite: true to replace it"), npos) << earlier;
+  EXPECT_NO_THROW(lockJobOutputs(config("run"), /*resumes=*/true));
+  EXPECT_NO_THROW(lockJobOutputs(config("run", {"job.overwrite=true"}), false));
+  fs::remove_all(root);
 }
 
 }  // namespace
