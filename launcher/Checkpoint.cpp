@@ -11,6 +11,7 @@
 #include "core/Files.h"
 #include "core/TensorFile.h"
 #include "launcher/Faults.h"
+#include "launcher/LauncherWatch.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
@@ -133,6 +134,7 @@ std::string saveCheckpoint(const std::string& dir, const CheckpointInfo& info, c
   tensors["step"] = torch::tensor({step});
   const std::string bytes = encodeTensors(tensors);
   faults::atCheckpointWrite(world.rank(), step);
+  exitIfLauncherGone();  // Note [no orphans]: no checkpoint after the launcher's death
   writeFileDurably((target / file.name).string(), bytes);
   file.bytes = static_cast<int64_t>(bytes.size());
   file.checksum = checksum(bytes);
@@ -150,6 +152,7 @@ std::string saveCheckpoint(const std::string& dir, const CheckpointInfo& info, c
       writeFileDurably((target / "plan.pb").string(), info.planBytes);
       m.planChecksum = checksum(info.planBytes);
     }
+    exitIfLauncherGone();
     writeFileDurably((target / "manifest.yaml").string(), manifestYaml(m, files));
     writeFileDurably((fs::path(dir) / "latest").string(), stepName(step) + "\n");
     removeCheckpointsBeyond(dir, keepLatestK);

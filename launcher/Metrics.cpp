@@ -12,6 +12,7 @@
 #include "core/Files.h"
 #include "core/HostSync.h"
 #include "core/Log.h"
+#include "launcher/LauncherWatch.h"
 
 namespace sluice {
 
@@ -42,6 +43,7 @@ double rounded(double v, int decimals) {
 // One JSON object per line (nlohmann-json writes it; JSON has no NaN, so a
 // non-finite number is null).
 void MetricsWriter::writeLine(const nlohmann::ordered_json& line, bool flush) {
+  exitIfLauncherGone();  // Note [no orphans]: not a line after the launcher's death
   out_ << line.dump() << "\n";
   if (flush) {
     out_.flush();

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "core/Error.h"
+#include "launcher/LauncherWatch.h"
 
 namespace sluice {
 
@@ -68,9 +69,10 @@ void OutputLock::removeIfUnused() noexcept {
   if (!created_) return;
   std::error_code ec;
   for (auto& entry : fs::directory_iterator(dir_, ec)) {
-    if (entry.path().filename() != ".sluice.lock") return;
+    if (entry.path().filename() != ".sluice.lock" && entry.path().filename() != ".sluice.ranks") return;
   }
   if (ec) return;
+  fs::remove(fs::path(dir_) / ".sluice.ranks", ec);
   fs::remove(fs::path(dir_) / ".sluice.lock", ec);
   fs::remove(dir_, ec);
 }
@@ -151,6 +153,7 @@ std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config, bo
     mine.push_back(fs::weakly_canonical(dir));
   };
   lock(config.job.outputDir, "job.output_dir");
+  waitForEarlierRanks(config.job.outputDir, 10);  // Note [no orphans]: the last rank of an earlier job has exited
   // checkpoint.dir even with checkpoint.interval 0: a stop signal (SIGTERM,
   // preemption) writes a checkpoint there.
   const auto out = fs::weakly_canonical(config.job.outputDir);
@@ -164,11 +167,15 @@ std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config, bo
   if (!within(ck, out)) refuseNestedInOthers(ck, "checkpoint.dir", mine);
   if (!config.job.overwrite && !resumes) {
     const std::string earlier = earlierRun(config);
+    const std::string why = config.checkpoint.resume == "auto"
+                                ? "it has no checkpoint to resume (checkpoint.resume: auto found none in " +
+                                      config.checkpointDir() + ")"
+                                : "checkpoint.resume is " + config.checkpoint.resume;
     SLUICE_CHECK(earlier.empty(), ConfigError,
                  "config error: job.output_dir '" << config.job.outputDir << "' holds an earlier run (" << earlier
-                     << ") and this job would start afresh over it (checkpoint.resume: "
-                     << config.checkpoint.resume << "): resume it (checkpoint.resume: auto), give this job another "
-                        "job.output_dir, or set job.overwrite: true to replace it");
+                     << ") and this job would start afresh over it, as " << why
+                     << ": resume a checkpoint (checkpoint.resume), give this job another job.output_dir, or set "
+                        "job.overwrite: true to replace the earlier run");
   }
   return locks;
 }

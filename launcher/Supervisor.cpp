@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/Error.h"
+#include "launcher/LauncherWatch.h"
 #include "core/Files.h"
 
 namespace sluice {
@@ -138,6 +139,11 @@ class StderrFilter {
   signal(SIGUSR2, SIG_DFL);
   for (auto& [k, v] : plan.env) setenv(k.c_str(), v.c_str(), 1);
   setenv("RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  // The ranks watch this launcher and end the moment it dies (launcher/LauncherWatch.h).
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  setenv(kLauncherPidEnv, std::to_string(parent).c_str(), 1);
+  setenv(kLauncherHostEnv, host, 1);
   std::vector<char*> args;
   for (auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -25,6 +25,7 @@
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "launcher/Checkpoint.h"
+#include "launcher/LauncherWatch.h"
 #include "launcher/ClusterLaunch.h"
 #include "launcher/CommandLine.h"
 #include "launcher/Config.h"
@@ -252,7 +253,11 @@ int runTrainOrWorker(const sluice::CommandLine& a, int argc, char** argv) {
   // The job's launcher (or a single-process run) owns its outputs until it
   // exits: checked writable now, one job per directory (launcher/OutputLock.h).
   std::vector<std::unique_ptr<sluice::OutputLock>> locks;
-  if (!sluice::Communicator::launchedByMpi()) locks = sluice::lockJobOutputs(config, !sluice::resumeDirectory(config).empty());
+  if (!sluice::Communicator::launchedByMpi()) {
+    locks = sluice::lockJobOutputs(config, !sluice::resumeDirectory(config).empty());
+  } else {
+    sluice::holdRanksLock(config.job.outputDir);  // until this rank exits: no next job starts here before
+  }
   const bool supervise = config.worldSize() > 1 || config.cluster.maxRestarts > 0;
   if (a.command == "train" && supervise && !sluice::Communicator::launchedByMpi()) {
     // mpirun as a child: its output filtered, the root cause named, restarts and preemption handled.
@@ -346,6 +351,8 @@ int runLaunch(sluice::CommandLine a) {
 
 int main(int argc, char** argv) {
   sluice::keepFreedMemoryInHeap();  // before the first large tensor (core/HeapPolicy.h)
+  // A rank of a supervised job ends the moment its launcher does (Note [no orphans], launcher/LauncherWatch.h).
+  if (sluice::Communicator::launchedByMpi()) sluice::watchLauncher();
   // A launcher keeps a stop that comes during its start-up (Supervisor.h);
   // the other commands keep the default (a signal ends them).
   if (argc >= 2 && !sluice::Communicator::launchedByMpi() &&

@@ -117,3 +117,32 @@ check_profile_fault train_profile_hang "$rc" "sluice: the job failed: rank 0: ti
 # The advice names the setting in force at start-up.
 grep -q "raise cluster.init_timeout_s if such waits are expected" "$TMP/train_profile_hang.log" ||
   { cat "$TMP/train_profile_hang.log"; fail "train_profile_hang: the advice does not name cluster.init_timeout_s"; }
+
+# Note [no orphans] (issue 53): after SIGKILL of `sluice train`, no rank writes anything more and none lives on.
+# Once the killed launcher is reaped (its death complete), the checkpoints and metrics must stay as they are while
+# the ranks end (launcher/LauncherWatch.h: each ends the moment the launcher does); then the job resumes. (That a
+# job started meanwhile waits for the last old rank to exit has its own test with processes held alive,
+# LauncherWatch.*: here mpirun's teardown ends the ranks too.)
+orphan_args=("${SMALL[@]}" "${planned[@]}" --set logging.interval=2 --set checkpoint.interval=3
+             --set job.output_dir="$TMP/orphan")
+"$SLUICE" train "$ROOT/configs/quickstart.yaml" "${orphan_args[@]}" --set training.steps=100000 >"$TMP/orphan.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1200); do [ -s "$TMP/orphan/checkpoints/latest" ] && break; kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+[ -s "$TMP/orphan/checkpoints/latest" ] || { kill -9 $launcher; cat "$TMP/orphan.log"; fail "orphan: the job wrote no checkpoint"; }
+ranks=$(for p in $(pgrep -f "sluice worker .*job.output_dir=$TMP/orphan"); do
+  [ "$(cat /proc/$p/comm 2>/dev/null)" = sluice ] && echo $p; done | tr '\n' ' ')  # not mpirun
+[ "$(echo $ranks | wc -w)" -eq 2 ] || { kill -9 $launcher; fail "orphan: expected 2 ranks, found '$ranks'"; }
+kill -9 $launcher
+wait $launcher 2>/dev/null || true
+files() { (cd "$TMP/orphan" && find . -type f ! -name 'rank_*.log' -exec md5sum {} + | sort); }
+before=$(files)
+for r in $ranks; do
+  timeout 10 tail --pid="$r" -f /dev/null || { kill -9 $ranks; fail "orphan: rank $r outlived its launcher"; }
+done
+after=$(files)
+[ "$after" = "$before" ] || { diff <(echo "$before") <(echo "$after"); fail "orphan: a rank wrote after its launcher died"; }
+timeout 120 "$SLUICE" train "$ROOT/configs/quickstart.yaml" "${orphan_args[@]}" \
+  --set training.steps=$(( $(sed 's/step_0*//' "$TMP/orphan/checkpoints/latest") + 3 )) >"$TMP/orphan_resume.log" 2>&1 ||
+  { cat "$TMP/orphan_resume.log"; fail "orphan: the job could not be started again"; }
+grep -q "resum" "$TMP/orphan_resume.log" || { cat "$TMP/orphan_resume.log"; fail "orphan: the restart did not resume"; }
+echo "ok: after SIGKILL of the launcher its ranks ended writing nothing more; the job then resumed"

@@ -136,7 +136,8 @@ TEST(OutputLock, JobsDoNotNestInEachOthersDirectoriesOrOverwriteARun) {
   writeFile((root / "run" / "metrics.jsonl").string(), "{\"step\": 0}\n");
   const auto earlier = configErrorOf([&] { lockJobOutputs(config("run"), false); });
   EXPECT_NE(earlier.find("holds an earlier run (" + (root / "run" / "metrics.jsonl").string()), npos) << earlier;
-  EXPECT_NE(earlier.find("set job.overwrite: true to replace it"), npos) << earlier;
+  EXPECT_NE(earlier.find("set job.overwrite: true to replace the earlier run"), npos) << earlier;
+  EXPECT_NE(earlier.find("it has no checkpoint to resume (checkpoint.resume: auto found none in "), npos) << earlier;
   EXPECT_NO_THROW(lockJobOutputs(config("run"), /*resumes=*/true));
   EXPECT_NO_THROW(lockJobOutputs(config("run", {"job.overwrite=true"}), false));
   fs::remove_all(root);
