@@ -185,7 +185,24 @@ int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& mani
     names.push_back(found != group.end() ? *found : group.front());
     groups.emplace_back(names.back(), group);
   }
-  auto state = sluice::loadCheckpoint(manifest, names, {}, 0, false);
+  // A buffer the checkpoint does not hold is one the model derives and
+  // recreates, not state training changed: the causal mask of a GPT whose
+  // attention capture fused (the fused graph never reads it, so no stage
+  // saves it). It is written as the model builds it. A missing parameter is
+  // still an error (loadCheckpoint: another model).
+  std::set<std::string> buffers;
+  for (auto& b : setup.module->named_buffers()) buffers.insert(b.key());
+  std::map<std::string, torch::Tensor> derived;
+  std::vector<std::string> held;
+  for (auto& n : names) {
+    if (!saved.count(n) && buffers.count(n)) {
+      derived[n] = setup.module->named_buffers()[n];
+    } else {
+      held.push_back(n);
+    }
+  }
+  auto state = sluice::loadCheckpoint(manifest, held, {}, 0, false);
+  state.tensors.insert(derived.begin(), derived.end());
   for (auto& [picked, group] : groups) {
     for (auto& n : group) state.tensors[n] = state.tensors.at(picked);
   }
