@@ -252,7 +252,8 @@ void run(const ExportedModel::Step& step, Env& env, const c10::Device& device, b
 }
 
 // Registers `tensor` under its dotted name, making the modules on the way.
-void registerAt(torch::nn::Module& root, const std::string& fqn, const torch::Tensor& tensor, bool parameter) {
+void registerAt(torch::nn::Module& root, const std::string& fqn, const torch::Tensor& tensor, bool parameter,
+                bool requiresGrad) {
   torch::nn::Module* at = &root;
   size_t start = 0;
   for (auto dot = fqn.find('.'); dot != std::string::npos; start = dot + 1, dot = fqn.find('.', start)) {
@@ -263,7 +264,7 @@ void registerAt(torch::nn::Module& root, const std::string& fqn, const torch::Te
   }
   const std::string leaf = fqn.substr(start);
   if (parameter) {
-    at->register_parameter(leaf, tensor, true);
+    at->register_parameter(leaf, tensor, requiresGrad);
   } else {
     at->register_buffer(leaf, tensor);
   }
@@ -385,10 +386,23 @@ ExportedModel ExportedModel::load(const std::string& path) {
     auto found = archive.tensors.find(p.fqn);
     SLUICE_CHECK(found != archive.tensors.end(), ConfigError,
                  "model.path '" << path << "': the archive lacks the values of " << p.fqn);
-    registerAt(*m.holder_, p.fqn, found->second, p.parameter);
+    // A parameter saved with requires_grad False (a frozen embedding or
+    // backbone) stays frozen: no gradient, no optimizer state, exported as read.
+    registerAt(*m.holder_, p.fqn, found->second, p.parameter, !archive.frozen.count(p.fqn));
     if (p.transient) m.transient_.push_back(p.fqn);
     m.bound_.emplace_back(p.name, p.fqn);
   }
+  int64_t trainable = 0, parameters = 0;
+  for (const auto& p : m.holder_->named_parameters()) {
+    ++parameters;
+    trainable += p.value().requires_grad() ? 1 : 0;
+  }
+  SLUICE_CHECK(trainable > 0, ConfigError,
+               "model.path '" << path << "' has nothing to train: "
+                              << (parameters == 0 ? std::string("the program has no parameters")
+                                                  : "all its " + std::to_string(parameters) +
+                                                        " parameters were saved with requires_grad=False (frozen)")
+                              << "; export a model with trainable parameters");
   m.steps_ = std::make_shared<std::vector<Step>>(resolveAll(path, module, placeholders));
   for (const auto& spec : module.at("signature").at("output_specs")) {
     const std::string kind = kindOf(spec);

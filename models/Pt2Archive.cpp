@@ -90,6 +90,10 @@ void readPayloads(caffe2::serialize::PyTorchStreamReader& zip, const std::string
   std::map<std::string, torch::Tensor> storages;
   for (auto& [fqn, entry] : doc.at("config").items()) {
     out.tensors[fqn] = payload(zip, path, dir, fqn, entry, storages);
+    const auto& meta = entry.at("tensor_meta");
+    if (meta.contains("requires_grad") && meta.at("requires_grad").is_boolean() && !meta.at("requires_grad").get<bool>()) {
+      out.frozen.insert(fqn);
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,7 @@ struct Pt2Archive {
   std::string path;
   std::shared_ptr<const nlohmann::json> program;   // models/model.json
   std::map<std::string, at::Tensor> tensors;    // weights and constants by FQN
+  std::set<std::string> frozen;                 // FQNs saved with requires_grad False (frozen parameters)
 };
 
 Pt2Archive readPt2(const std::string& path);

@@ -34,6 +34,18 @@ class Emb(torch.nn.Module):
         self.emb = torch.nn.Embedding(256, 256)
     def forward(self, ids):
         return self.emb(ids)
+class Frozen(torch.nn.Module):  # a frozen embedding under a trained head (issue 53)
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(256, 32)
+        self.head = torch.nn.Linear(32, 256)
+        self.emb.weight.requires_grad_(False)
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+class AllFrozen(Frozen):
+    def __init__(self):
+        super().__init__()
+        self.head.requires_grad_(False)
 class Branchy(Emb):
     def forward(self, ids):
         x = self.emb(ids)
@@ -44,7 +56,7 @@ import sys
 import torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import export_hf
-from bad_programs import Branchy, Emb
+from bad_programs import AllFrozen, Branchy, Emb, Frozen
 d, sizes = sys.argv[2], ["--vocab", "256", "--block", sys.argv[3], "--embd", "32", "--layers", "2", "--heads", "4", "--batch", "2"]
 export_hf.main([f"{d}/gpt2", "--arch", "gpt2", *sizes])
 export_hf.main([f"{d}/llama", "--arch", "llama", "--kv-heads", "2", "--ffn", "64", "--tie", *sizes])
@@ -52,6 +64,11 @@ export_hf.main([f"{d}/gpt2_drop", "--arch", "gpt2", "--dropout", "0.1", *sizes])
 ids = torch.randint(0, 256, (2, 32))
 torch.jit.script(Emb()).save(d + "/script.pt")
 torch.export.save(torch.export.export(Branchy(), (ids,)), d + "/cond.pt2")
+torch.manual_seed(3)
+frozen = Frozen()
+torch.export.save(torch.export.export(frozen, (ids,)), d + "/frozen.pt2")
+torch.save({k: v.clone() for k, v in frozen.state_dict().items()}, d + "/frozen_initial.pt")
+torch.export.save(torch.export.export(AllFrozen(), (ids,)), d + "/all_frozen.pt2")
 batch = torch.export.Dim("batch", min=2, max=64)
 torch.export.save(torch.export.export(Emb(), (ids,), dynamic_shapes=({0: batch},)), d + "/dynamic.pt2")
 PY
@@ -154,6 +171,23 @@ expect_failure micro_batch "was exported for batches of 2 rows, but training.mic
   "$SLUICE" train "$TMP/hf.yaml" --set training.micro_batch_size=4 --set job.output_dir="$TMP/e6"
 expect_failure weights_mismatch "holds 'model.embed_tokens.weight', which is no parameter or buffer of the model" "$TMP/e7" -- \
   "$SLUICE" train "$TMP/hf.yaml" --set model.weights="$TMP/llama/model.safetensors" --set job.output_dir="$TMP/e7"
+# Frozen stays frozen (issue 53): a parameter saved with requires_grad=False is not trained (its exported
+# value is the program's, bitwise) while the others are; a program with nothing to train is refused.
+train frozen --set model.path="$TMP/frozen.pt2" --set checkpoint.interval=$STEPS
+"$SLUICE" export "$TMP/hf.yaml" --set model.path="$TMP/frozen.pt2" --checkpoint "$TMP/frozen/checkpoints" \
+  --format safetensors -o "$TMP/frozen_trained.safetensors" >"$TMP/frozen_export.log" 2>&1 ||
+  { cat "$TMP/frozen_export.log"; fail "export of the frozen program's run"; }
+"$PY" - "$TMP/frozen_initial.pt" "$TMP/frozen_trained.safetensors" <<'PY' || fail "frozen: the frozen embedding changed, or the head did not"
+import sys, torch
+from safetensors.torch import load_file
+initial, trained = torch.load(sys.argv[1]), load_file(sys.argv[2])
+assert torch.equal(initial["emb.weight"], trained["emb.weight"]), "emb.weight (requires_grad=False) was trained"
+assert not torch.equal(initial["head.weight"], trained["head.weight"]), "head.weight was not trained"
+print("ok: frozen: emb.weight unchanged bitwise, head.weight trained")
+PY
+expect_failure all_frozen "has nothing to train: all its 3 parameters were saved with requires_grad=False (frozen)" "$TMP/e10" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/all_frozen.pt2" --set job.output_dir="$TMP/e10"
+
 # Crafted files (issue 53): a program whose model record nests a value 100,000 levels deep, and a weights
 # file whose header does, end with exit 2 and the file's name (they used to crash with SIGSEGV).
 "$PY" - "$TMP/gpt2/model.pt2" "$TMP/deep.pt2" "$TMP/deep.safetensors" <<'PY' || fail "crafting the deep files"
