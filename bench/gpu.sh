@@ -43,12 +43,13 @@ esac
 peak=${BF16_PEAK_TFLOPS:-$peak}
 echo "bench/gpu: $gpu (bf16 peak ${peak} TFLOP/s; 0 = unknown, set BF16_PEAK_TFLOPS), $rounds rounds of $steps steps, bf16"
 "$sluice" --version | sed -n 1p | sed 's/^/  /'
-common=(--set job.device=cuda --set training.precision=bf16 --set model.dropout=0 --set pipeline.microbatches=2
+common=(--set job.device=cuda --set training.precision=bf16 --set pipeline.microbatches=2
         --set training.micro_batch_size=4 --set training.global_batch_size=8 --set training.steps="$steps"
         --set logging.interval="$steps" --set optimizer.name=adamw --set optimizer.lr=0.001
         --set optimizer.schedule=constant --set optimizer.warmup_steps=0)
 # Per model: Sluice's model options, the PyTorch peer's, and (L T C vocab).
-model_gpt=(--set model.layers=12 --set model.embd=768 --set model.heads=12 --set model.block_size=1024)
+model_gpt=(--set model.layers=12 --set model.embd=768 --set model.heads=12 --set model.block_size=1024 --set model.dropout=0)
+config_gpt=$root/configs/quickstart.yaml
 torch_gpt=(--model gpt --vocab 256)
 shape_gpt="12 1024 768"
 torch_hf=(--model hf --vocab 50257)
@@ -56,7 +57,10 @@ shape_hf="12 1024 768"
 if [[ " $models " == *" hf "* ]]; then
   if HF_HUB_OFFLINE=1 "$PY" "$root/models/export_hf.py" "$tmp/hf" --arch gpt2 --vocab 50257 --block 1024 --embd 768 \
     --layers 12 --heads 12 --batch 4 --dropout 0 >"$tmp/hf.log" 2>&1; then
-    model_hf=(--set model.name=exported --set model.path="$tmp/hf/model.pt2")
+    model_hf=()
+    config_hf=$tmp/hf.yaml  # the quickstart's job, data and optimizer; the program fixes the model's sizes
+    { echo "model: {name: exported, path: $tmp/hf/model.pt2}"
+      awk '/^model:/ { skip = 1; next } /^[^ #]/ { skip = 0 } !skip' "$root/configs/quickstart.yaml"; } >"$config_hf"
   else
     echo "  hf: skipped: models/export_hf.py failed here ($(tail -1 "$tmp/hf.log"))"
     models=${models//hf/}
@@ -65,8 +69,8 @@ fi
 sluice_run() {  # model execution stages-options... -> "step_time peak_bytes parameters" or "refused: ..."
   local m=$1 exec=$2 out="$tmp/sluice_$1_$2_$RANDOM"
   shift 2
-  local -n opts="model_$m"
-  if ! "$sluice" train "$root/configs/quickstart.yaml" "${common[@]}" "${opts[@]}" --set pipeline.execution="$exec" \
+  local -n opts="model_$m" config="config_$m"
+  if ! "$sluice" train "$config" "${common[@]}" ${opts[@]+"${opts[@]}"} --set pipeline.execution="$exec" \
     --set pipeline.stages=1 "$@" --set job.output_dir="$out" >"$out.log" 2>&1; then
     echo "refused: $(grep -m1 -i 'error' "$out.log" | cut -c1-150)"
     return

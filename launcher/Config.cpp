@@ -350,6 +350,12 @@ class KeyWriter {
 
 Config parse(const YAML::Node& root) {
   Config c = readKeys(root);
+  for (auto section = root.begin(); section != root.end(); ++section) {
+    if (!section->second.IsMap()) continue;
+    for (auto key = section->second.begin(); key != section->second.end(); ++key) {
+      c.givenKeys.insert(section->first.as<std::string>() + "." + key->first.as<std::string>());
+    }
+  }
   validateConfig(c);
   return c;
 }

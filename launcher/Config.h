@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,9 @@ struct Config {
 
   int worldSize() const { return pipeline.stages * pipeline.dataParallel; }
   std::string checkpointDir() const;  // checkpoint.dir or <job.output_dir>/checkpoints
+  // The "section.key" names the YAML or --set gave (not defaults): a key
+  // given for a model it does not apply to is refused (ConfigValidate.cpp).
+  std::set<std::string> givenKeys;
 
   // Reads path, applies overrides ("a.b=value", value parsed as YAML), validates.
   static Config load(const std::string& path, const std::vector<std::string>& overrides = {});

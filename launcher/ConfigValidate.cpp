@@ -448,8 +448,49 @@ void validateRunSettings(Config& c) {
 // Every value, in one pass; fills the derived defaults (data.path,
 // pipeline.microbatches, pipeline.chunks), so the order matters: a later
 // section reads what an earlier one derived.
+namespace {
+
+// The model keys and whether each applies to the chosen model (modelKeys' `shown`).
+struct ModelKeyList {
+  std::vector<std::pair<std::string, bool>> keys;
+  template <class T>
+  void key(const char* name, T&, bool applies = true) {
+    keys.emplace_back(name, applies);
+  }
+  template <class T, class A, class B>
+  void choice(const char*, T&, A, B) {}
+  template <class F>
+  void derive(F) {}
+};
+
+// A model key given with model.name: exported that does not apply to it
+// (e.g. model.vocab_size: the program fixes its sizes) is refused like an
+// unknown key: it would be dropped without a word. model.weights and
+// model.loss are shown by other rules and checked on their own. (The built-in
+// models still accept each other's keys: configs switch model.name by --set.)
+void refuseInapplicableModelKeys(Config& c) {
+  if (c.model.kind != ModelKind::Exported) return;
+  Config copy = c;
+  ModelKeyList list;
+  modelKeys(list, copy);
+  std::string applying;
+  for (auto& [name, applies] : list.keys) {
+    if (applies) applying += " " + name;
+  }
+  for (auto& [name, applies] : list.keys) {
+    if (applies || name == "weights" || name == "loss") continue;
+    require(!c.givenKeys.count("model." + name),
+            "model." + name + " does not apply to model.name: " + modelName(c.model.kind) +
+                (c.model.kind == ModelKind::Exported ? " (the program fixes its sizes and layers)" : "") +
+                "; remove it. Keys of this model: name" + applying);
+  }
+}
+
+}  // namespace
+
 void validateConfig(Config& c) {
   validateJob(c);
+  refuseInapplicableModelKeys(c);
   validateModel(c);
   validateData(c);
   validatePrecision(c);

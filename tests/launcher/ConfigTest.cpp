@@ -22,6 +22,15 @@ training: {steps: 5, global_batch_size: 8, micro_batch_size: 2}
 pipeline: {stages: 2, schedule: gpipe, microbatches: 4}
 )";
 
+// The same job with model.name: exported, whose program fixes the model's sizes.
+const char* kExported = R"(
+job: {output_dir: /tmp/sluice-config-test, seed: 7}
+model: {name: exported}
+data: {name: synthetic}
+training: {steps: 5, global_batch_size: 8, micro_batch_size: 2}
+pipeline: {stages: 2, schedule: gpipe, microbatches: 4}
+)";
+
 TEST(Config, ValidConfigAndDefaults) {
   auto c = Config::fromYamlText(kValid);
   EXPECT_EQ(c.job.seed, 7);
@@ -179,9 +188,14 @@ const Malformed kMalformed[] = {
                   "model.name=torchscript needs model.path"},
         Malformed{"torchscript file missing", {"model.name=torchscript", "model.path=/nonexistent/model.pt"}, nullptr,
                   "model.path '/nonexistent/model.pt' is not a file"},
-        Malformed{"exported without a file", {"model.name=exported"}, nullptr, "model.name=exported needs model.path"},
-        Malformed{"exported: not an archive", {"model.name=exported", "model.path=/etc/hostname"}, nullptr,
+        Malformed{"exported without a file", {}, kExported, "model.name=exported needs model.path"},
+        Malformed{"exported: not an archive", {"model.path=/etc/hostname"}, kExported,
                   "model.path '/etc/hostname' is not a torch.export archive"},
+        // Issue 53: sizes given for a program that fixes them would be dropped without a word.
+        Malformed{"exported with the GPT's sizes", {"model.name=exported", "model.path=/etc/hostname"}, nullptr,
+                  "model.block_size does not apply to model.name: exported (the program fixes its sizes and layers)"},
+        Malformed{"exported with a vocabulary", {"model.vocab_size=50257", "model.path=/etc/hostname"}, kExported,
+                  "model.vocab_size does not apply to model.name: exported"},
         Malformed{"torchscript inputs not a list", {"model.name=torchscript", "model.path=/etc/hostname", "model.inputs=3"},
                   nullptr, "model.inputs must be a list of {name, shape, dtype}"},
         Malformed{"torchscript input shape", {"model.name=torchscript", "model.path=/etc/hostname", "data.name=text",
