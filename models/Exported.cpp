@@ -362,7 +362,29 @@ std::vector<ExportedModel::Step> resolveAll(const std::string& path, const Json&
 
 }  // namespace
 
+// A program record whose structure is not torch.export's (a key missing, a
+// value of another type: nlohmann-json's exceptions) is a ConfigError naming
+// the file, not the library's text.
+template <class F>
+auto asProgramError(const std::string& path, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const nlohmann::json::exception& e) {
+    std::string why = e.what();
+    if (const auto at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);  // drop "[json.exception...]"
+    if (why.size() > 200) why = why.substr(0, 200) + "...";
+    throw ConfigError("model.path '" + path + "': its program is not one torch.export writes (" + why +
+                      "); write the file again with torch.export.save");
+  }
+}
+
+static ExportedSignature readSignature(const std::string& path);
+
 ExportedSignature readExportedSignature(const std::string& path) {
+  return asProgramError(path, [&] { return readSignature(path); });
+}
+
+static ExportedSignature readSignature(const std::string& path) {
   const auto program = readPt2Program(path);
   const auto& module = program->at("graph_module");
   auto signature = signatureOf(path, module);
@@ -371,6 +393,10 @@ ExportedSignature readExportedSignature(const std::string& path) {
 }
 
 ExportedModel ExportedModel::load(const std::string& path) {
+  return asProgramError(path, [&] { return loadProgram(path); });
+}
+
+ExportedModel ExportedModel::loadProgram(const std::string& path) {
   auto archive = readPt2(path);
   ExportedModel m;
   m.path_ = path;

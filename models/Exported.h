@@ -74,6 +74,7 @@ class ExportedModel {
   struct Step;
 
  private:
+  static ExportedModel loadProgram(const std::string& path);  // load() without its error translation
   std::string path_;
   std::shared_ptr<const nlohmann::json> program_;
   std::shared_ptr<torch::nn::Module> holder_;
