@@ -97,6 +97,12 @@ std::map<std::string, std::string> modelFields(const Config& config) {
   std::map<std::string, std::string> out;
   auto root = YAML::Load(config.toYaml());
   for (auto it = root["model"].begin(); it != root["model"].end(); ++it) {
+    // Not the model itself: where its first weights came from (a resume reads
+    // the checkpoint's), and whether capture fuses attention (the same
+    // parameters either way; a buffer only the unfused graph reads is the
+    // model's own, Trainer::plan).
+    const auto key = it->first.as<std::string>();
+    if (key == "weights" || key == "fuse_attention") continue;
     if (it->second.IsScalar()) {
       out[it->first.as<std::string>()] = it->second.as<std::string>();
     } else {

@@ -61,7 +61,9 @@ void Trainer::restore() {
       torch::NoGradGuard noGrad;
       auto tensors = setup_.tensorsByName(paramNames_);
       for (size_t i = 0; i < tensors.size(); ++i) {
-        const auto& saved = state.tensors.at(paramNames_[i]);
+        const auto found = state.tensors.find(paramNames_[i]);
+        if (found == state.tensors.end()) continue;  // a buffer the model derives (Trainer::plan): its own
+        const auto& saved = found->second;
         SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
                      "checkpoint " << dir << ": " << paramNames_[i] << " has shape " << saved.sizes()
                                    << ", the model " << tensors[i].sizes() << ": it was made for another model");
