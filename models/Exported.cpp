@@ -350,13 +350,49 @@ std::vector<Placeholder> placeholdersOf(const std::string& path, const Json& mod
   return out;
 }
 
+// The user input, and every view of it, may not be written: Sluice feeds
+// each micro-batch's input once, read-only (torch.export's training IR keeps
+// in-place ops, e.g. ids.clamp_(0, 255), as they are). `aliases` holds the
+// input and the views made of it so far; a node whose schema writes an
+// argument that is one of them is refused.
+void refuseInputWrites(const std::string& path, const Json& node, const c10::FunctionSchema& schema,
+                       std::set<std::string>& aliases) {
+  bool readsAlias = false;
+  for (const auto& in : node.at("inputs")) {
+    const auto& arg = in.at("arg");
+    if (kindOf(arg) != "as_tensor") continue;
+    const std::string tensor = arg.at("as_tensor").at("name").get<std::string>();
+    if (!aliases.count(tensor)) continue;
+    readsAlias = true;
+    const auto index = schema.argumentIndexWithName(in.at("name").get<std::string>());
+    const auto* alias = index ? schema.arguments()[*index].alias_info() : nullptr;
+    if (alias && alias->isWrite()) {
+      Refusal(path, node)("writes to the program's input in place (" + tensor + ")",
+                          "Sluice feeds each micro-batch's input read-only: export a program that does not modify "
+                          "its input (use the out-of-place op)");
+    }
+  }
+  bool returnsView = false;
+  for (const auto& r : schema.returns()) returnsView = returnsView || r.alias_info() != nullptr;
+  if (!readsAlias || !returnsView) return;
+  for (const auto& out : node.at("outputs")) {
+    if (kindOf(out) == "as_tensor") aliases.insert(out.at("as_tensor").at("name").get<std::string>());
+  }
+}
+
 // Every node resolved in order (resolve()), from the placeholders.
 std::vector<ExportedModel::Step> resolveAll(const std::string& path, const Json& module,
                                             const std::vector<Placeholder>& placeholders) {
-  std::set<std::string> defined;
-  for (const auto& p : placeholders) defined.insert(p.name);
+  std::set<std::string> defined, inputAliases;
+  for (const auto& p : placeholders) {
+    defined.insert(p.name);
+    if (p.fqn.empty()) inputAliases.insert(p.name);  // the user input
+  }
   std::vector<ExportedModel::Step> steps;
-  for (const auto& node : module.at("graph").at("nodes")) steps.push_back(resolve(path, node, defined));
+  for (const auto& node : module.at("graph").at("nodes")) {
+    steps.push_back(resolve(path, node, defined));
+    if (steps.back().op) refuseInputWrites(path, node, steps.back().op->schema(), inputAliases);
+  }
   return steps;
 }
 
@@ -414,7 +450,16 @@ ExportedModel ExportedModel::loadProgram(const std::string& path) {
                  "model.path '" << path << "': the archive lacks the values of " << p.fqn);
     // A parameter saved with requires_grad False (a frozen embedding or
     // backbone) stays frozen: no gradient, no optimizer state, exported as read.
-    registerAt(*m.holder_, p.fqn, found->second, p.parameter, !archive.frozen.count(p.fqn));
+    const bool emptyPart = p.fqn.front() == '.' || p.fqn.back() == '.' || p.fqn.find("..") != std::string::npos;
+    SLUICE_CHECK(!emptyPart, ConfigError,
+                 "model.path '" << path << "': a parameter or buffer is named '" << p.fqn
+                                << "', with an empty part; the archive is damaged: write it again with torch.export.save");
+    try {
+      registerAt(*m.holder_, p.fqn, found->second, p.parameter, !archive.frozen.count(p.fqn));
+    } catch (const c10::Error& e) {
+      throw ConfigError("model.path '" + path + "': cannot hold '" + p.fqn + "' (" + e.what_without_backtrace() +
+                        "); the archive is damaged: write it again with torch.export.save");
+    }
     if (p.transient) m.transient_.push_back(p.fqn);
     m.bound_.emplace_back(p.name, p.fqn);
   }

@@ -46,6 +46,10 @@ class AllFrozen(Frozen):
     def __init__(self):
         super().__init__()
         self.head.requires_grad_(False)
+class Mutates(Emb):  # writes its input in place (kept as is by torch.export's training IR)
+    def forward(self, ids):
+        ids.clamp_(0, 255)
+        return self.emb(ids)
 class Branchy(Emb):
     def forward(self, ids):
         x = self.emb(ids)
@@ -56,7 +60,7 @@ import sys
 import torch
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 import export_hf
-from bad_programs import AllFrozen, Branchy, Emb, Frozen
+from bad_programs import AllFrozen, Branchy, Emb, Frozen, Mutates
 d, sizes = sys.argv[2], ["--vocab", "256", "--block", sys.argv[3], "--embd", "32", "--layers", "2", "--heads", "4", "--batch", "2"]
 export_hf.main([f"{d}/gpt2", "--arch", "gpt2", *sizes])
 export_hf.main([f"{d}/llama", "--arch", "llama", "--kv-heads", "2", "--ffn", "64", "--tie", *sizes])
@@ -69,6 +73,7 @@ frozen = Frozen()
 torch.export.save(torch.export.export(frozen, (ids,)), d + "/frozen.pt2")
 torch.save({k: v.clone() for k, v in frozen.state_dict().items()}, d + "/frozen_initial.pt")
 torch.export.save(torch.export.export(AllFrozen(), (ids,)), d + "/all_frozen.pt2")
+torch.export.save(torch.export.export(Mutates(), (ids.clone(),)), d + "/mutates.pt2")
 batch = torch.export.Dim("batch", min=2, max=64)
 torch.export.save(torch.export.export(Emb(), (ids,), dynamic_shapes=({0: batch},)), d + "/dynamic.pt2")
 PY
@@ -187,6 +192,9 @@ print("ok: frozen: emb.weight unchanged bitwise, head.weight trained")
 PY
 expect_failure all_frozen "has nothing to train: all its 3 parameters were saved with requires_grad=False (frozen)" "$TMP/e10" -- \
   "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/all_frozen.pt2" --set job.output_dir="$TMP/e10"
+
+expect_failure mutates_input "(torch.ops.aten.clamp_.default) writes to the program's input in place" "$TMP/e11" -- \
+  "$SLUICE" train "$TMP/hf.yaml" --set model.path="$TMP/mutates.pt2" --set job.output_dir="$TMP/e11"
 
 # Crafted files (issue 53): a program whose model record nests a value 100,000 levels deep, and a weights
 # file whose header does, end with exit 2 and the file's name (they used to crash with SIGSEGV).
