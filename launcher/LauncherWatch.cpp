@@ -62,9 +62,15 @@ bool watchLauncher() {
   if (host && std::string(host) != me) return false;  // a rank on another machine
   const int pid = std::atoi(pidText);
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  // Checked with the pidfd open (the pid cannot be reused while it is held):
-  // a launcher that is gone already, or a pid now someone else's, ends the rank.
-  if ((fd < 0 && errno != ENOSYS) || !isAncestor(pid)) std::_Exit(kLauncherDiedExit);
+  if (fd < 0 && errno == ESRCH) std::_Exit(kLauncherDiedExit);  // the launcher is gone already
+  // Checked with the pidfd open (the pid cannot be reused while it is held).
+  // Not an ancestor: a rank another daemon started (srun's tasks are
+  // slurmstepd's children, also on the launcher's machine): not watched here,
+  // it ends with that daemon's step.
+  if (!isAncestor(pid)) {
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
   if (fd < 0) {  // no pidfd (a kernel before 5.3): the ancestry is polled
     std::thread([pid] {
       while (isAncestor(pid)) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -9,10 +9,10 @@
 //     pid and checks that it is one of the rank's ancestors; a thread then
 //     waits on the pidfd: the moment the launcher dies (SIGKILL included)
 //     the rank ends with _exit(kLauncherDiedExit), writing nothing more (no
-//     metrics line, no checkpoint). A launcher already gone (or its pid now
-//     another process's) ends the rank at once. Ranks on other machines
-//     end when mpirun's daemon or srun's step goes (their launcher's own
-//     teardown).
+//     metrics line, no checkpoint). A launcher already gone ends the rank at
+//     once. Ranks that are not its descendants (on other machines, or
+//     started by srun's slurmstepd) end when mpirun's daemon or srun's step
+//     goes (their launcher's own teardown).
 //   - holdRanksLock(): each rank holds a shared flock on
 //     job.output_dir/.sluice.ranks for its whole life (where it can open
 //     it: the same machine or a shared file system). waitForEarlierRanks(),
