@@ -1,11 +1,13 @@
 #include "launcher/Checkpoint.h"
 
+#include <torch/nn/module.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "core/Error.h"
 #include "core/Files.h"
@@ -289,6 +291,18 @@ std::string checkpointPlanBytes(const Manifest& m) {
                "checkpoint file " << p << " is corrupted: checksum " << checksum(bytes) << ", the manifest says "
                                   << m.planChecksum);
   return bytes;
+}
+
+std::vector<std::string> withoutDerivedBuffers(const Manifest& m, const std::vector<std::string>& names,
+                                               const torch::nn::Module& module) {
+  std::set<std::string> held, buffers;
+  for (const auto& f : m.files) held.insert(f.tensors.begin(), f.tensors.end());
+  for (const auto& b : module.named_buffers()) buffers.insert(b.key());
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (held.count(n) || !buffers.count(n)) out.push_back(n);
+  }
+  return out;
 }
 
 RankState loadCheckpoint(const Manifest& m, const std::vector<std::string>& names,

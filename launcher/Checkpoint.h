@@ -37,6 +37,10 @@
 #include "launcher/Config.h"
 #include "optim/OptimizerState.h"
 
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
 namespace sluice {
 
 struct CheckpointLayout {
@@ -106,6 +110,13 @@ std::string resumeDirectory(const Config& config);
 // Reads and checks a checkpoint (manifest, file sizes, the model: every key
 // of current.model): CheckpointError naming the file or the key at fault.
 Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current);
+
+// `names` less the buffers the checkpoint does not hold: those the model
+// derives and recreates (GPT's causal mask, never read by a fused-attention
+// graph, so never saved), whose value is the module's own. A missing
+// parameter stays in the list (loadCheckpoint refuses it: another model).
+std::vector<std::string> withoutDerivedBuffers(const Manifest& manifest, const std::vector<std::string>& names,
+                                               const torch::nn::Module& module);
 
 // This rank's part: the tensors named (parameters, buffers) and the Adam state
 // of the trainable ones, from the files that hold them; the generator state of

@@ -36,6 +36,8 @@ int parentOf(int pid) {
 
 std::atomic<int> watchedFd{-1};  // the launcher's pidfd, once watched
 
+std::string ranksLockPath(const std::string& dir) { return (std::filesystem::path(dir) / ".sluice.ranks").string(); }
+
 }  // namespace
 
 void exitIfLauncherGone() {
@@ -89,7 +91,7 @@ bool watchLauncher() {
 }
 
 void holdRanksLock(const std::string& dir) {
-  const std::string path = (std::filesystem::path(dir) / ".sluice.ranks").string();
+  const std::string path = ranksLockPath(dir);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
   if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
@@ -100,7 +102,7 @@ void holdRanksLock(const std::string& dir) {
 }
 
 void waitForEarlierRanks(const std::string& dir, double seconds) {
-  const std::string path = (std::filesystem::path(dir) / ".sluice.ranks").string();
+  const std::string path = ranksLockPath(dir);
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   SLUICE_CHECK(fd.valid(), ConfigError, "config error: job.output_dir '" << dir << "' is not writable: "
                                                                           << std::strerror(errno));

@@ -18,6 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// "pid P on host H", as the holder of a lock file wrote it.
+std::string holderOf(const fs::path& lockFile) {
+  std::string who = readFile(lockFile.string());
+  while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+  return who.empty() ? "holder unknown" : who;
+}
+
 void requireDirectoryOrAbsent(const std::string& dir, const std::string& key) {
   std::error_code ec;
   SLUICE_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), ConfigError,
@@ -43,12 +50,8 @@ OutputLock::OutputLock(const std::string& dir, const std::string& key) : dir_(di
   if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err != EWOULDBLOCK) fail("cannot lock " + key + " '" + dir + "': " + std::strerror(err));
-    char holder[256] = {};
-    const ssize_t n = ::pread(fd_.get(), holder, sizeof(holder) - 1, 0);
-    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "";
-    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    fail(key + " '" + dir + "' is in use by another sluice job (" + (who.empty() ? "holder unknown" : who) +
-         "); give this job another " + key + ", or wait for that one to end");
+    fail(key + " '" + dir + "' is in use by another sluice job (" + holderOf(path) + "); give this job another " +
+         key + ", or wait for that one to end");
   }
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -90,12 +93,6 @@ bool heldElsewhere(const fs::path& lockFile) {
   if (!fd.valid()) return false;
   if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;  // released when fd closes
   return errno == EWOULDBLOCK;
-}
-
-std::string holderOf(const fs::path& lockFile) {
-  std::string who = readFile(lockFile.string());
-  while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-  return who.empty() ? "holder unknown" : who;
 }
 
 // A directory of this job inside, or around, one another live job holds:

@@ -231,16 +231,9 @@ void Trainer::plan() {
   // This rank's part of the checkpoint is read (and its checksums checked) now, before any output is written.
   if (resume_) {
     resumeSameLayout_ = resume_->layout == layout();
-    // A buffer the checkpoint lacks is one the model derives (GPT's causal
-    // mask, which a fused-attention run never read): the model's own is kept.
-    std::set<std::string> held, buffers;
-    for (const auto& f : resume_->files) held.insert(f.tensors.begin(), f.tensors.end());
-    for (const auto& b : setup_.module->named_buffers()) buffers.insert(b.key());
-    std::vector<std::string> read;
-    for (const auto& n : paramNames_) {
-      if (held.count(n) || !buffers.count(n)) read.push_back(n);
-    }
-    restored_ = loadCheckpoint(*resume_, read, trainableNames_, rank_, resumeSameLayout_);
+    // A buffer the model derives and the checkpoint lacks keeps the model's own value.
+    restored_ = loadCheckpoint(*resume_, withoutDerivedBuffers(*resume_, paramNames_, *setup_.module),
+                               trainableNames_, rank_, resumeSameLayout_);
   }
 }
 

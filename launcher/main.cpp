@@ -185,24 +185,12 @@ int exportSafeTensors(const sluice::Config& config, const sluice::Manifest& mani
     names.push_back(found != group.end() ? *found : group.front());
     groups.emplace_back(names.back(), group);
   }
-  // A buffer the checkpoint does not hold is one the model derives and
-  // recreates, not state training changed: the causal mask of a GPT whose
-  // attention capture fused (the fused graph never reads it, so no stage
-  // saves it). It is written as the model builds it. A missing parameter is
-  // still an error (loadCheckpoint: another model).
-  std::set<std::string> buffers;
-  for (auto& b : setup.module->named_buffers()) buffers.insert(b.key());
-  std::map<std::string, torch::Tensor> derived;
-  std::vector<std::string> held;
+  // A buffer the model derives and the checkpoint lacks is written as the model builds it.
+  auto state = sluice::loadCheckpoint(manifest, sluice::withoutDerivedBuffers(manifest, names, *setup.module), {}, 0,
+                                      false);
   for (auto& n : names) {
-    if (!saved.count(n) && buffers.count(n)) {
-      derived[n] = setup.module->named_buffers()[n];
-    } else {
-      held.push_back(n);
-    }
+    if (!state.tensors.count(n)) state.tensors[n] = setup.module->named_buffers()[n];
   }
-  auto state = sluice::loadCheckpoint(manifest, held, {}, 0, false);
-  state.tensors.insert(derived.begin(), derived.end());
   for (auto& [picked, group] : groups) {
     for (auto& n : group) state.tensors[n] = state.tensors.at(picked);
   }
