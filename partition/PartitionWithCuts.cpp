@@ -10,25 +10,30 @@
 namespace sluice::partition {
 namespace {
 
-// The smallest budget (to 1/4096) under which bestStage fits stage `stage`
-// of [first, end); -1 when none up to keeping everything does. Not the peak
-// with everything freed: recomputing everything can need more than swapping
-// part, so that is no minimum.
+// The smallest budget under which stage `stage` of [first, end) fits with
+// some choice (bestStage's fits), to 1/65536; -1 when none does. Not the
+// peak with everything freed: recomputing everything can need more than
+// swapping part, nor the peak with everything kept: the budget bound counts
+// transients the peak does not.
 int64_t minimalStageBudget(const Problem& p, int stage, int first, int end) {
   Problem q = p;
-  q.budgetBytes = std::max<int64_t>(1, evaluateStage(p, stage, first, end, {}).peakBytes);
-  if (!bestStage(q, stage, first, end).fits) return -1;
-  int64_t lo = 0, hi = q.budgetBytes;  // lo does not fit (0 would mean no budget), hi does
-  while (hi - lo > std::max<int64_t>(1, hi / 4096)) {
-    q.budgetBytes = lo + (hi - lo) / 2;
-    (bestStage(q, stage, first, end).fits ? hi : lo) = q.budgetBytes;
-  }
-  return hi;
+  q.unitBytes = memoryUnit(p);
+  return smallestFittingBudget(0, q.unitBytes, [&](int64_t budget) {
+    q.budgetBytes = budget;
+    return stageFits(q, stage, first, end);
+  });
 }
 
 }  // namespace
 
-Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
+const StageCost& StageMemo::get(const Problem& problem, int stage, int first, int end) {
+  const std::array<int, 3> key{stage, first, end};
+  auto it = stages_.find(key);
+  if (it == stages_.end()) it = stages_.emplace(key, bestStage(problem, stage, first, end)).first;
+  return it->second;
+}
+
+Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts, StageMemo* memo) {
   p.validate();
   SLUICE_CHECK(static_cast<int>(cuts.size()) == p.stages - 1, PlanError,
                "partition: " << p.stages << " stages need " << p.stages - 1 << " cuts, got " << cuts.size());
@@ -38,7 +43,10 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
     const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? p.numNodes() : cuts[k];
     SLUICE_CHECK(first < end && (k == 0 || p.validCut[first]), PlanError,
                  "partition: cut " << first << " is out of order or not a valid cut");
-    auto s = bestStage(p, k, first, end);
+    auto s = memo ? memo->get(p, k, first, end) : bestStage(p, k, first, end);
+    if (!s.fits && !p.nameSmallestBudget) {
+      throw PlanError("partition: stage " + std::to_string(k) + " does not fit the budget");  // (nobody reads it)
+    }
     if (!s.fits) {
       // The budget these cuts need: the largest of their stages' minimums.
       int64_t need = 0;
@@ -52,7 +60,7 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts) {
       os << "partition: stage " << k << " (nodes [" << first << ", " << end << ")) does not fit the budget of "
          << formatBytesExact(p.budgetBytes) << (shares > 1 ? " (its share of the rank's)" : "");
       if (need > 0) {
-        os << "; with these cuts the stages need at least " << budgetAdvice(need, shares)
+        os << "; with these cuts the smallest budget that fits is " << budgetAdvice(need, shares)
            << ", or use other cuts or more stages";
       } else {
         os << " with any keep/swap/recompute choice: use other cuts or more stages";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -239,7 +240,8 @@ struct StageKnapsacks {
       both.add(it);
     }
   }
-  // Least extra seconds (recompute + swap stall) for stage k ending at `end`; +inf if it cannot fit.
+  // Least extra seconds (recompute + swap stall) for stage k ending at `end`; +inf if it cannot fit
+  // (exactly when !stageCanFit: a variant's knapsack is finite where its need is freeable).
   double best(const Problem& p, const StageSums& s, int k, int end) const {
     if (p.budgetBytes <= 0 || s.need(p, k, end, Variant::Keep) == 0) return 0;
     const int64_t needRecompute = s.need(p, k, end, Variant::Recompute);
@@ -254,6 +256,18 @@ struct StageKnapsacks {
     return best;
   }
 };
+
+// Whether stage k of [s.first, end) fits with some choice: the knapsacks'
+// feasibility without the knapsacks. A variant fits when freeing everything
+// it may free covers its need; StageKnapsacks::best is finite exactly then
+// (its capacity is the stage's reach, which holds every end the DP tries).
+bool stageCanFit(const Problem& p, const StageSums& s, int k, int end) {
+  if (p.budgetBytes <= 0 || s.need(p, k, end, Variant::Keep) == 0) return true;
+  const int64_t needRecompute = s.need(p, k, end, Variant::Recompute);
+  if (needRecompute <= s.freeableRecompute) return true;
+  if (p.swapSecondsPerByte <= 0) return false;
+  return s.need(p, k, end, Variant::Swap) <= s.freeableSwap || s.need(p, k, end, Variant::Both) <= s.freeableAll;
+}
 
 // A point of a Pareto front: the best split of nodes [0, j) into k + 1 stages
 // for its (max stage time, sum of stage times); prev indexes the front of the
@@ -394,6 +408,40 @@ bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut,
   return true;
 }
 
+// Whether some split fits the budget: optimalCuts' DP over (stage, end)
+// with each stage's knapsacks replaced by stageCanFit, so true exactly when
+// optimalCuts finds a plan, at a fraction of its cost (minimalBudget's
+// search asks this some 30 times).
+bool anySplitFits(const Problem& p) {
+  const int n = p.numNodes(), stages = p.stages;
+  const Context ctx(p);
+  std::vector<std::vector<char>> reached(stages, std::vector<char>(n + 1, 0));
+  std::vector<int> active;
+  for (int i = 0; i < n; ++i) {
+    active.clear();
+    if (i == 0) active.push_back(0);
+    if (i > 0 && p.validCut[i]) {
+      for (int k = 1; k < stages; ++k) {
+        if (reached[k - 1][i]) active.push_back(k);
+      }
+    }
+    auto sums = ctx.sums(i);
+    for (int j = i + 1; j <= n && !active.empty(); ++j) {
+      ctx.grow(sums, j - 1, nullptr);
+      for (size_t a = 0; a < active.size();) {
+        const int k = active[a];
+        if (ctx.neverFits(sums, holdingFactor(p, k, sums.first))) {
+          active.erase(active.begin() + static_cast<long>(a));
+          continue;
+        }
+        ++a;
+        if (canEnd(p, k, j) && !reached[k][j] && stageCanFit(p, sums, k, j)) reached[k][j] = 1;
+      }
+    }
+  }
+  return reached[stages - 1][n] != 0;
+}
+
 // The optimum's cuts and step time; false when nothing fits. The pruning
 // bound starts from a feasible plan (balanced compute) or, without one, from
 // a lower bound of the step time, and grows until the plan found is within it
@@ -418,6 +466,29 @@ bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
 }
 
 }  // namespace
+
+bool stageFits(const Problem& p, int stage, int first, int end) {
+  const Context ctx(p);
+  auto sums = ctx.sums(first);
+  for (int j = first; j < end; ++j) ctx.grow(sums, j, nullptr);
+  return stageCanFit(p, sums, stage, end);
+}
+
+int64_t smallestFittingBudget(int64_t below, int64_t unit, const std::function<bool(int64_t)>& fits) {
+  constexpr int64_t inf = std::numeric_limits<int64_t>::max();
+  int64_t lo = std::max<int64_t>(0, below);
+  int64_t hi = lo + 1, step = std::max<int64_t>({1, unit, hi / 256});
+  for (int tries = 0; !fits(hi); ++tries, step *= 2) {
+    if (tries == 62 || hi > inf / 4) return -1;
+    lo = hi;
+    hi += step;
+  }
+  while (hi - lo > std::max<int64_t>(1, hi >> 16)) {  // to 1/65536 of the budget
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
 
 StageCost bestStage(const Problem& p, int stage, int first, int end) {
   const Context ctx(p);
@@ -525,29 +596,14 @@ int64_t minimalBudget(const Problem& p) {
     }
   }
   if (dp[stages - 1][n] == inf) return -1;
-  // Then the exact (unit-rounded) model: feasibility is monotone in the
-  // budget (Note [memory unit], CostModel.h), so gallop up from the bound to
-  // a budget that fits, then bisect between the last that did not and it.
+  // Then the exact (unit-rounded) model, whose feasibility is monotone in
+  // the budget (Note [memory unit], CostModel.h).
   q = p;
   q.unitBytes = memoryUnit(p);
-  const auto fits = [&](int64_t budget) {
+  return smallestFittingBudget(std::max<int64_t>(1, dp[stages - 1][n]) - 1, q.unitBytes, [&](int64_t budget) {
     q.budgetBytes = budget;
-    double t = 0;
-    std::vector<int> cuts;
-    return optimalCuts(q, &cuts, &t);
-  };
-  int64_t lo = std::max<int64_t>(1, dp[stages - 1][n]) - 1;  // below the bound: does not fit
-  int64_t hi = lo + 1, step = std::max<int64_t>(q.unitBytes, hi / 256);
-  for (int tries = 0; !fits(hi); ++tries, step *= 2) {
-    if (tries == 62 || hi > inf / 4) return -1;
-    lo = hi;
-    hi += step;
-  }
-  while (hi - lo > std::max<int64_t>(1, hi >> 16)) {  // to 1/65536 of the budget
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? hi : lo) = mid;
-  }
-  return hi;
+    return anySplitFits(q);
+  });
 }
 
 Partition partitionOptimal(const Problem& p) {
@@ -558,7 +614,8 @@ Partition partitionOptimal(const Problem& p) {
                "partition: the graph has " << validCount << " valid cut points, too few for " << p.stages << " stages");
   double best = 0;
   std::vector<int> cuts;
-  if (!optimalCuts(p, &cuts, &best)) {
+  // anySplitFits first: where nothing fits it answers without the knapsacks.
+  if ((p.budgetBytes > 0 && !anySplitFits(p)) || !optimalCuts(p, &cuts, &best)) {
     const int64_t need = p.nameSmallestBudget ? minimalBudget(p) : -1;
     std::ostringstream os;
     // With several stages per rank the budget is the rank's, shared equally: name it, not the share.

@@ -25,6 +25,10 @@
 // Thread-safe (pure functions).
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,9 +46,21 @@ struct Partition {
 // message names the smallest budget with which one would (minimalBudget).
 Partition partitionOptimal(const Problem& problem);
 
+// bestStage's answers for one Problem, kept by (stage, first, end): the
+// planner's cut refinement asks for the same stages many times. Use one memo
+// per Problem only. Not thread-safe.
+class StageMemo {
+ public:
+  const StageCost& get(const Problem& problem, int stage, int first, int end);
+
+ private:
+  std::map<std::array<int, 3>, StageCost> stages_;
+};
+
 // The best actions for the given cuts. Throws PlanError when a cut is invalid
-// or a stage cannot fit the budget with every freeable tensor freed.
-Partition partitionWithCuts(const Problem& problem, const std::vector<int>& cuts);
+// or a stage cannot fit the budget with every freeable tensor freed. With a
+// memo (of this problem), stages it has seen are not solved again.
+Partition partitionWithCuts(const Problem& problem, const std::vector<int>& cuts, StageMemo* memo = nullptr);
 
 // The cheapest actions for one stage (what partitionOptimal uses). fits = false
 // when even freeing every freeable tensor is not enough.
@@ -54,6 +70,16 @@ StageCost bestStage(const Problem& problem, int stage, int first, int end);
 // partitionOptimal finds a plan; -1 when none does (e.g. more stages than
 // valid cuts). Every larger budget finds one too (Note [memory unit]).
 int64_t minimalBudget(const Problem& problem);
+
+// Whether bestStage would fit stage `stage` of [first, end) (fits), without
+// solving its knapsacks: some freeing variant's need is at most what it may free.
+bool stageFits(const Problem& problem, int stage, int first, int end);
+
+// The smallest budget (to 1/65536 of it) above `below` for which `fits`
+// holds, which must be monotone in the budget (Note [memory unit]): gallops
+// up from `below` (which must not fit) in steps of `unit` doubling, then
+// bisects. -1 when nothing up to 2^61 bytes fits.
+int64_t smallestFittingBudget(int64_t below, int64_t unit, const std::function<bool(int64_t)>& fits);
 
 // Internal (Partitioner.cpp, PartitionWithCuts.cpp): a budget for a message,
 // `need` per stage for the rank's `shares` stages ("X: set memory.budget_mb

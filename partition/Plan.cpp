@@ -83,7 +83,7 @@ Partition fixedPartition(const OpGraph& graph, const Profile& profile, const Pla
 }
 
 Partition partitionBeforeRankCheck(const OpGraph& graph, const Profile& profile, const PlanSettings& st,
-                                   const Problem& p, const std::vector<int>* cuts) {
+                                   const Problem& p, const std::vector<int>* cuts, StageMemo* memo) {
   if (st.policy != memory::MemoryPolicy::Plan) {
     // The split that is fastest without a budget; the fixed choices must then fit.
     std::vector<int> chosen;
@@ -96,14 +96,14 @@ Partition partitionBeforeRankCheck(const OpGraph& graph, const Profile& profile,
     }
     return fixedPartition(graph, profile, st, p, chosen);
   }
-  return cuts ? partitionWithCuts(p, *cuts) : partitionOptimal(p);
+  return cuts ? partitionWithCuts(p, *cuts, memo) : partitionOptimal(p);
 }
 
 // The partition of `cuts` (or the best), which under a relaxed share (Note
 // [rank budget]) must also fit each rank's budget, its stages together.
 Partition partitionFor(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
-                       const std::vector<int>* cuts) {
-  auto part = partitionBeforeRankCheck(graph, profile, st, p, cuts);
+                       const std::vector<int>* cuts, StageMemo* memo = nullptr) {
+  auto part = partitionBeforeRankCheck(graph, profile, st, p, cuts, memo);
   if (p.rankBudgetBytes > 0) {
     const auto bounds = rankBounds(st, profile, part, p);
     for (size_t r = 0; r < bounds.size(); ++r) {
@@ -127,6 +127,7 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
                             Partition part) {
   if (p.inFlightPerStage.empty() || part.cuts.empty()) return part;
   double best = simulatedStepTime(st, profile, part, p);
+  StageMemo memo;  // a candidate moves one cut: the other stages are as before
   for (int round = 0; round < 256; ++round) {  // each round but the last improves the step
     bool improved = false;
     for (size_t k = 0; k < part.cuts.size(); ++k) {
@@ -138,7 +139,7 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
         // Fixed policies (none, full_recompute) do not check cuts themselves: skip invalid ones here.
         if (cuts[k] < lo || cuts[k] > hi || !p.validCut[cuts[k]]) continue;
         try {
-          auto candidate = partitionFor(graph, profile, st, p, &cuts);
+          auto candidate = partitionFor(graph, profile, st, p, &cuts, &memo);
           const double t = simulatedStepTime(st, profile, candidate, p);
           if (t < best * (1 - 1e-9)) {
             best = t;
@@ -246,11 +247,11 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
   const bool relaxable = st.chunks > 1 && problem.budgetBytes > 0 && problem.stepRanks <= 1;
   if (!relaxable) return planOf(problem);
   std::optional<Plan> best;
-  Problem equal = problem;
-  equal.nameSmallestBudget = false;  // (named below if nothing fits)
+  std::optional<PlanError> equalError;  // naming the smallest budget equal shares fit, thrown if nothing fits
   try {
-    best = planOf(equal);
-  } catch (const PlanError&) {
+    best = planOf(problem);
+  } catch (const PlanError& e) {
+    equalError = e;
   }
   for (double relax : {2.0, 1.6, 1.35, 1.15}) {
     if (relax > st.chunks) continue;
@@ -266,7 +267,7 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
     } catch (const GraphError&) {
     }
   }
-  if (!best) return planOf(problem);  // throws the equal shares' error, naming the smallest budget they fit
+  if (!best) throw *equalError;
   if (st.swapWindowShare > 0) widenRankWindow(*best, st);
   return std::move(*best);
 }
