@@ -139,6 +139,14 @@ int runPartition(sluice::CommandLine a) {
   std::cerr << "sluice: partitioning " << graph.numNodes() << " nodes into " << settings.stages << " stages (method "
             << sluice::partition::partitionMethodName(settings.method) << ") ..." << std::endl;
   auto t0 = std::chrono::steady_clock::now();
+  // Progress on a long search: each phase once 2 s have passed, at most one a second.
+  double lastShown = 0;
+  settings.progress = [&](const std::string& phase) {
+    const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (at < 2 || at - lastShown < 1) return;
+    lastShown = at;
+    std::cerr << "sluice: partition: " << phase << " (" << static_cast<int>(at) << " s)" << std::endl;
+  };
   if (!config.pipeline.cuts.empty()) settings.method = sluice::partition::PartitionMethod::Cuts;  // predictions for the user's own cuts
   std::string why;
   auto plan = sluice::makePlanFor(graph, profile, settings, config.pipeline.cuts, &why);

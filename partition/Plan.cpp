@@ -129,6 +129,7 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
   double best = simulatedStepTime(st, profile, part, p);
   StageMemo memo;  // a candidate moves one cut: the other stages are as before
   for (int round = 0; round < 256; ++round) {  // each round but the last improves the step
+    if (st.progress) st.progress("refining cuts for " + st.schedule + ", round " + std::to_string(round + 1));
     bool improved = false;
     for (size_t k = 0; k < part.cuts.size(); ++k) {
       for (int step = 1; step <= 2 * kRefineReach; ++step) {
@@ -188,6 +189,7 @@ std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& pr
   }
   Problem layered = p;
   for (int c = 1; c < p.numNodes(); ++c) layered.validCut[c] = p.validCut[c] && onBoundary[c];
+  if (st.progress) st.progress("cuts between layers for " + st.schedule);
   try {
     auto aligned = refineForSchedule(graph, profile, st, layered, partitionFor(graph, profile, st, layered, nullptr));
     const double op = predictedStep(st, profile, opLevel, p), layer = predictedStep(st, profile, aligned, p);
@@ -248,6 +250,7 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
   if (!relaxable) return planOf(problem);
   std::optional<Plan> best;
   std::optional<PlanError> equalError;  // naming the smallest budget equal shares fit, thrown if nothing fits
+  if (st.progress) st.progress(st.schedule + " with an equal share of the budget per stage");
   try {
     best = planOf(problem);
   } catch (const PlanError& e) {
@@ -255,6 +258,7 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
   }
   for (double relax : {2.0, 1.6, 1.35, 1.15}) {
     if (relax > st.chunks) continue;
+    if (st.progress) st.progress(st.schedule + " with relaxed shares, " + std::to_string(relax).substr(0, 4) + "x");
     Problem q = problem;
     q.budgetBytes = static_cast<int64_t>(relax * static_cast<double>(problem.budgetBytes));
     q.rankBudgetBytes = st.budgetBytes;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct PlanSettings {
   bool swap = true;                // a swap tier is available (memory.swap_dir)
   int64_t swapWindowBytes = 0;     // the swap window: these bytes ...
   double swapWindowShare = 0.125;  // ... + this share of the budget (64 MiB without a budget)
+  // Told each planning phase as it starts ("relaxed shares 1.6x", "refining
+  // cuts, round 3"), for progress output on long searches; may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 struct PlanStage {

@@ -23,7 +23,7 @@ check_window() {
   awk -v n="$1" -v b="$2" '
     / MiB swap window$/ { w = $(NF - 3); if (w > win) win = w }
     /^  rank [0-9]+ \(stages .*\): predicted peak / { for (i = 1; i <= NF; ++i) if ($i == "peak") p = $(i + 1); if (p > peak) peak = p }
-    END { printf "%s: swap window %.2f MiB, largest rank peak %.2f MiB, budget %d MiB\n", n, win, peak, b
+    END { printf "%s: swap window %.2f MiB, largest rank peak %.2f MiB, budget %s MiB\n", n, win, peak, b
           if (win > b / 8 + 0.01) { print "window over an eighth of the budget"; exit 1 }
           if (win < b / 8 - 0.01 && peak < b - 0.01) { print "the window could have grown"; exit 1 }
           if (win <= b / 16 + 0.01) { print "the window is a stage share'"'"'s"; exit 1 } }' "$TMP/$1.plan.log" ||
@@ -52,7 +52,7 @@ in_pairs() {
 schedules=(interleaved-zb zbv zb-h1 interleaved)  # the longest searches first
 smallest_of() { smallest_budget --set pipeline.schedule="$1" >"$TMP/smallest_$1" || fail "$1: smallest budget"; }
 swap_plan() { plan_from swap_$1 "$(cat "$TMP/smallest_$1")" --set pipeline.schedule="$1" >"$TMP/budget_$1"; }
-rank_plan() { plan rank_$1 --budget-mb "$(($(cat "$TMP/smallest_$1") * 85 / 100))" --set pipeline.schedule="$1"; }
+rank_plan() { plan rank_$1 --budget-mb "$(percent_of "$(cat "$TMP/smallest_$1")" 85)" --set pipeline.schedule="$1"; }
 in_pairs smallest_of "${schedules[@]}" || fail "finding the smallest budgets"
 for schedule in "${schedules[@]}"; do
   [ -n "$(cat "$TMP/smallest_$schedule")" ] || fail "$schedule: partition does not name the smallest budget that fits"
@@ -83,8 +83,8 @@ done
 for schedule in zbv interleaved; do
   s=(--set pipeline.schedule=$schedule)
   equal=$(cat "$TMP/smallest_$schedule")
-  budget=$((equal * 85 / 100))
-  grep -q "^  rank 0 (stages .*): predicted peak .* of its $budget.00 MiB budget" "$TMP/rank_$schedule.plan.log" ||
+  budget=$(percent_of "$equal" 85)
+  grep -q "^  rank 0 (stages .*): predicted peak .* of its $budget MiB budget" "$TMP/rank_$schedule.plan.log" ||
     { cat "$TMP/rank_$schedule.plan.log"; fail "$schedule: no rank peak against the budget in the plan"; }
   train rank_$schedule "$TMP/rank_$schedule.pb" "${s[@]}" --set memory.budget_mb="$budget" --set memory.hard_limit=true
   check_memory rank_$schedule "$budget"

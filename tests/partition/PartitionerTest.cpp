@@ -75,15 +75,17 @@ Problem randomProblem(std::mt19937& rng) {
   // them): interleaved 1F1B (4 stages on 2 ranks), and the split-backward
   // ones, ZB-H1 and interleaved zero bubble (2 x 2), with what their
   // BackwardWeight reads (Note [split backward holding], CostModel.h).
-  const int schedule = uni(0, 3);
+  const int schedule = uni(0, 4);
   if (schedule == 1 && p.stages == 4) {
     p.microBatches = 2 * uni(1, 4);
     p.inFlightPerStage = pipeline::peakInFlight(pipeline::makeInterleaved1F1B(2, 2, p.microBatches));
   }
   if (schedule >= 2) {
-    if (schedule == 3 && p.stages == 4) p.microBatches = 2 * uni(1, 4);
-    const auto split = schedule == 3 && p.stages == 4 ? pipeline::makeInterleavedZeroBubble(2, 2, p.microBatches)
-                                                      : pipeline::makeZeroBubbleH1(p.stages, p.microBatches);
+    const bool twoPerRank = schedule >= 3 && p.stages == 4;  // interleaved-zb or zbv (V-shaped) on 2 ranks
+    if (twoPerRank) p.microBatches = 2 * uni(1, 4);
+    const auto split = !twoPerRank    ? pipeline::makeZeroBubbleH1(p.stages, p.microBatches)
+                       : schedule == 3 ? pipeline::makeInterleavedZeroBubble(2, 2, p.microBatches)
+                                       : pipeline::makeZeroBubbleV(2, p.microBatches);
     p.inFlightPerStage = pipeline::peakAwaitingBackward(split);
     p.weightPendingPerStage = pipeline::peakWeightPending(split);
     p.holdingMixes = pipeline::holdingMixes(split);
@@ -253,6 +255,84 @@ TEST(Partitioner, FeasibilityIsMonotoneInTheBudget) {
     }
   }
   EXPECT_GE(checked, 40);
+}
+
+// Issue 54's property over random problems under every schedule's
+// in-flight counts (gpipe, 1f1b, zb-h1, interleaved, interleaved-zb, zbv):
+// as the budget grows, the partitioner never goes from a plan to none, and
+// the smallest budget it names fits while 1% less does not.
+TEST(Partitioner, ABudgetThatFitsFitsWhenRaisedAndTheNamedMinimumIsTight) {
+  std::mt19937 rng(54);
+  int checked = 0, flips = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    auto p = randomProblem(rng);
+    if (p.budgetBytes == 0) continue;
+    const int64_t need = minimalBudget(p);
+    if (need < 0) continue;
+    ++checked;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", smallest budget " + std::to_string(need));
+    auto plans = [&](int64_t budget) {
+      Problem q = p;
+      q.budgetBytes = budget;
+      q.nameSmallestBudget = false;
+      try {
+        partitionOptimal(q);
+        return true;
+      } catch (const PlanError&) {
+        return false;
+      }
+    };
+    EXPECT_TRUE(plans(need));
+    EXPECT_FALSE(plans(need - need / 100)) << "1% below the named minimum fits";
+    bool fitted = false;
+    for (int step = 0; step <= 30; ++step) {  // from half the minimum to twice it
+      const int64_t budget = need / 2 + need * step / 20;
+      const bool fits = plans(budget);
+      if (fitted && !fits) ++flips;
+      EXPECT_FALSE(fitted && !fits) << "budget " << budget << " does not fit, a smaller one did";
+      // (the minimum is named to 1/65536: just below it may fit)
+      if (budget >= need || budget < need - std::max<int64_t>(1, need >> 16)) {
+        EXPECT_EQ(fits, budget >= need) << "budget " << budget;
+      }
+      fitted = fitted || fits;
+    }
+  }
+  EXPECT_GE(checked, 80);
+  EXPECT_EQ(flips, 0);
+}
+
+// Given cuts name the smallest budget they fit, from any budget (issue 54:
+// from a tiny one it said "with any choice"), in the words used without cuts;
+// that budget plans with those cuts, and 1% less does not.
+TEST(Partitioner, GivenCutsNameTheirSmallestBudget) {
+  std::mt19937 rng(541);
+  int named = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    auto p = randomProblem(rng);
+    std::vector<int> cuts;
+    for (int c = 1; c < p.numNodes() && static_cast<int>(cuts.size()) < p.stages - 1; ++c) {
+      if (p.validCut[c]) cuts.push_back(c);
+    }
+    if (static_cast<int>(cuts.size()) != p.stages - 1) continue;
+    p.budgetBytes = 1;
+    std::string message;
+    try {
+      partitionWithCuts(p, cuts);
+    } catch (const PlanError& e) {
+      message = e.what();
+    }
+    ASSERT_FALSE(message.empty()) << "one byte fits";
+    const auto at = message.find("with these cuts the smallest budget that fits is ");
+    if (message.find("with any keep/swap/recompute choice") != std::string::npos) continue;
+    ASSERT_NE(at, std::string::npos) << message;
+    const int64_t need = std::stoll(message.substr(message.find('(', at) + 1));
+    ++named;
+    p.budgetBytes = need;
+    EXPECT_NO_THROW(partitionWithCuts(p, cuts)) << message;
+    p.budgetBytes = need - need / 100;
+    EXPECT_THROW(partitionWithCuts(p, cuts), PlanError) << "1% below " << need << " fits";
+  }
+  EXPECT_GE(named, 60);
 }
 
 // A weight read on both stages counts on both (the last stage holds a copy:
