@@ -13,7 +13,7 @@
 # Prints, per model and schedule, the median seconds over ROUNDS of each
 # budget's call and the largest of them. Asserts nothing.
 #   usage: [BASE=old/sluice] [MODELS="quickstart gpt12x768"] [BUDGETS="1 700 0"] bench/planner.sh [ROUNDS]
-#   (default 3 rounds; BUDGETS replaces every model's list)
+#   (default 3 rounds; BUDGETS replaces every model's list, SCHEDULES="zbv ..." picks schedules)
 source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
 rounds=${1:-3}
 base=${BASE:-}
@@ -27,7 +27,7 @@ args[quickstart]=""
 budgets[quickstart]="1 30 40 50 62.7 100 0"
 args[gpt12x768]="--set model.layers=12 --set model.embd=768 --set model.heads=12 --set pipeline.stages=4"
 budgets[gpt12x768]="1 500 700 850 1000 1500 0"
-schedules=(gpipe 1f1b zb-h1 interleaved interleaved-zb zbv)
+read -r -a schedules <<<"${SCHEDULES:-gpipe 1f1b zb-h1 interleaved interleaved-zb zbv}"
 if [ -n "${BUDGETS:-}" ]; then for m in "${!budgets[@]}"; do budgets[$m]=$BUDGETS; done; fi
 
 # seconds BINARY MODEL SCHEDULE BUDGET: one call's wall time (a plan or "nothing fits" both count).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Memory plans inside the schedules that split backward or put several stages
-# on a rank (zb-h1, interleaved, interleaved-zb, zbv; 2 ranks, the quickstart GPT,
-# dropout on), all from one profile: keeping everything, and under budgets
-# the plan meets by swapping and (interleaved) by recomputing only,
+# on a rank (zb-h1, interleaved, interleaved-zb, zbv), and under GPipe (1F1B:
+# memory.sh; 2 ranks, the quickstart GPT, dropout on), all from one profile:
+# keeping everything, at exactly the smallest budget the partitioner names
+# (it swaps there), and (interleaved) by recomputing only,
 # every rank's measured peak is within 10% of the prediction and within the
 # budget, and the losses equal keeping everything under the same schedule
 # exactly (Note [split backward memory], memory/StageMemory.h); zbv and
@@ -49,7 +50,7 @@ in_pairs() {
 # The planner's runs first (most of this test's time): each schedule's smallest
 # budget with an equal share per stage, the plans that swap at it and, for zbv
 # and interleaved, the plans at 85% of it (Note [rank budget], partition/Plan.cpp).
-schedules=(interleaved-zb zbv zb-h1 interleaved)  # the longest searches first
+schedules=(interleaved-zb zbv zb-h1 interleaved gpipe)  # the longest searches first
 smallest_of() { smallest_budget --set pipeline.schedule="$1" >"$TMP/smallest_$1" || fail "$1: smallest budget"; }
 swap_plan() { plan_from swap_$1 "$(cat "$TMP/smallest_$1")" --set pipeline.schedule="$1" >"$TMP/budget_$1"; }
 rank_plan() { plan rank_$1 --budget-mb "$(percent_of "$(cat "$TMP/smallest_$1")" 85)" --set pipeline.schedule="$1"; }
@@ -60,7 +61,7 @@ done
 in_pairs swap_plan "${schedules[@]}" || fail "planning at the smallest budgets"
 in_pairs rank_plan zbv interleaved || fail "planning at 85% of the smallest budgets"
 
-for schedule in zb-h1 interleaved interleaved-zb zbv; do
+for schedule in gpipe zb-h1 interleaved interleaved-zb zbv; do
   s=(--set pipeline.schedule=$schedule)
   plan keep_$schedule "${s[@]}"
   train keep_$schedule "$TMP/keep_$schedule.pb" "${s[@]}"
@@ -69,7 +70,7 @@ for schedule in zb-h1 interleaved interleaved-zb zbv; do
   budget=$(cat "$TMP/budget_$schedule")
   grep -qE "^  stage .* swap$" "$TMP/swap_$schedule.plan.log" ||
     { cat "$TMP/swap_$schedule.plan.log"; fail "$schedule: the $budget MiB plan swaps nothing"; }
-  [ $schedule = zb-h1 ] || check_window swap_$schedule "$budget"
+  [[ $schedule == zb-h1 || $schedule == gpipe ]] || check_window swap_$schedule "$budget"
   train swap_$schedule "$TMP/swap_$schedule.pb" "${s[@]}"
   check_memory swap_$schedule "$budget"
   same_losses swap_$schedule keep_$schedule
@@ -108,4 +109,4 @@ train recompute_interleaved "$TMP/recompute_interleaved.pb" "${s[@]}"
 check_memory recompute_interleaved "$budget"
 same_losses recompute_interleaved keep_interleaved
 grep -q "memory plan: .*recomputed [1-9]" "$TMP/recompute_interleaved"/logs/rank_*.log || fail "interleaved: no rank recomputed"
-echo "ok: memory plans under zb-h1, interleaved, interleaved-zb and zbv"
+echo "ok: memory plans under gpipe, zb-h1, interleaved, interleaved-zb and zbv, each at the smallest budget it names"
