@@ -2,10 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <map>
-#include <set>
 #include <sstream>
 
 #include "core/Bytes.h"
