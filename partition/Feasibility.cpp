@@ -12,13 +12,14 @@
 namespace sluice::partition {
 namespace detail {
 
-// Whether some split fits the budget: optimalCuts' DP over (stage, end)
-// with each stage's knapsacks replaced by stageCanFit, so true exactly when
-// optimalCuts finds a plan, at a fraction of its cost (minimalBudget's
-// search asks this some 30 times).
-bool anySplitFits(const Problem& p) {
+namespace {
+
+// anySplitFits on a Context of the problem, which the searches below build
+// once: what a Context derives (entrants, spans, unit, holding) does not
+// depend on the budget, so a search varies the budget of ctx.p in place.
+bool anySplitFitsIn(const Context& ctx) {
+  const Problem& p = ctx.p;
   const int n = p.numNodes(), stages = p.stages;
-  const Context ctx(p);
   std::vector<std::vector<char>> reached(stages, std::vector<char>(n + 1, 0));
   std::vector<int> active;
   for (int i = 0; i < n; ++i) {
@@ -46,15 +47,28 @@ bool anySplitFits(const Problem& p) {
   return reached[stages - 1][n] != 0;
 }
 
+}  // namespace
+
+// Whether some split fits the budget: optimalCuts' DP over (stage, end)
+// with each stage's knapsacks replaced by stageCanFit, so true exactly when
+// optimalCuts finds a plan, at a fraction of its cost.
+bool anySplitFits(const Problem& p) { return anySplitFitsIn(Context(p)); }
+
 }  // namespace detail
 
 using namespace detail;
 
-bool stageFits(const Problem& p, int stage, int first, int end) {
-  const Context ctx(p);
+int64_t minimalStageBudget(const Problem& p, int stage, int first, int end) {
+  Problem q = p;
+  q.unitBytes = memoryUnit(p);
+  q.budgetBytes = 1;  // some budget, so the stage counts its freeable units (their number does not depend on it)
+  const Context ctx(q);
   auto sums = ctx.sums(first);
   for (int j = first; j < end; ++j) ctx.grow(sums, j, nullptr);
-  return stageCanFit(p, sums, stage, end);
+  return smallestFittingBudget(0, q.unitBytes, [&](int64_t budget) {
+    q.budgetBytes = budget;
+    return stageCanFit(q, sums, stage, end);
+  });
 }
 
 int64_t smallestFittingBudget(int64_t below, int64_t unit, const std::function<bool(int64_t)>& fits) {
@@ -110,9 +124,10 @@ int64_t minimalBudget(const Problem& p) {
   // the budget (Note [memory unit], CostModel.h).
   q = p;
   q.unitBytes = memoryUnit(p);
+  const Context exact(q);
   return smallestFittingBudget(std::max<int64_t>(1, dp[stages - 1][n]) - 1, q.unitBytes, [&](int64_t budget) {
     q.budgetBytes = budget;
-    return anySplitFits(q);
+    return anySplitFitsIn(exact);
   });
 }
 

@@ -8,23 +8,6 @@
 #include "partition/Partitioner.h"
 
 namespace sluice::partition {
-namespace {
-
-// The smallest budget under which stage `stage` of [first, end) fits with
-// some choice (bestStage's fits), to 1/65536; -1 when none does. Not the
-// peak with everything freed: recomputing everything can need more than
-// swapping part, nor the peak with everything kept: the budget bound counts
-// transients the peak does not.
-int64_t minimalStageBudget(const Problem& p, int stage, int first, int end) {
-  Problem q = p;
-  q.unitBytes = memoryUnit(p);
-  return smallestFittingBudget(0, q.unitBytes, [&](int64_t budget) {
-    q.budgetBytes = budget;
-    return stageFits(q, stage, first, end);
-  });
-}
-
-}  // namespace
 
 const StageCost& StageMemo::get(const Problem& problem, int stage, int first, int end) {
   const std::array<int, 3> key{stage, first, end};
@@ -44,10 +27,10 @@ Partition partitionWithCuts(const Problem& p, const std::vector<int>& cuts, Stag
     SLUICE_CHECK(first < end && (k == 0 || p.validCut[first]), PlanError,
                  "partition: cut " << first << " is out of order or not a valid cut");
     auto s = memo ? memo->get(p, k, first, end) : bestStage(p, k, first, end);
-    if (!s.fits && !p.nameSmallestBudget) {
-      throw PlanError("partition: stage " + std::to_string(k) + " does not fit the budget");  // (nobody reads it)
-    }
     if (!s.fits) {
+      if (!p.nameSmallestBudget) {
+        throw PlanError("partition: stage " + std::to_string(k) + " does not fit the budget");  // (nobody reads it)
+      }
       // The budget these cuts need: the largest of their stages' minimums.
       int64_t need = 0;
       for (int j = 0; j < p.stages && need >= 0; ++j) {

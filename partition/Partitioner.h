@@ -71,9 +71,10 @@ StageCost bestStage(const Problem& problem, int stage, int first, int end);
 // valid cuts). Every larger budget finds one too (Note [memory unit]).
 int64_t minimalBudget(const Problem& problem);
 
-// Whether bestStage would fit stage `stage` of [first, end) (fits), without
-// solving its knapsacks: some freeing variant's need is at most what it may free.
-bool stageFits(const Problem& problem, int stage, int first, int end);
+// The smallest budget (to 1/65536 of it) under which bestStage fits stage
+// `stage` of [first, end), decided without its knapsacks (some freeing
+// variant's need is at most what it may free); -1 when none does.
+int64_t minimalStageBudget(const Problem& problem, int stage, int first, int end);
 
 // The smallest budget (to 1/65536 of it) above `below` for which `fits`
 // holds, which must be monotone in the budget (Note [memory unit]): gallops
