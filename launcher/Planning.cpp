@@ -61,6 +61,7 @@ partition::Profile profileModel(const Config& c, const ModelSetup& setup, const 
   profile.lossSavedBytes = lp.savedBytes;
   profile.lossWorkspaceBytes = lp.workspaceBytes;
   profile.microBatchSize = static_cast<int>(c.training.microBatchSize);
+  profile.dataBytes = static_cast<int64_t>(batch.input.nbytes() + batch.target.nbytes());
   return profile;
 }
 

@@ -120,8 +120,11 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
   const int64_t mbs = c_.training.microBatchSize;
   auto global = setup_.dataset->batch(step, c_.training.globalBatchSize);
   const int64_t rows = c_.training.globalBatchSize / dp;
-  data::Batch batch{global.input.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows),
-                    global.target.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows)};
+  data::Batch batch{global.input, global.target};
+  if (dp > 1) {  // its own rows only: the global batch's memory goes (the plan counts one replica's data)
+    batch = {global.input.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows).clone(),
+             global.target.slice(0, dpRank_ * rows, (dpRank_ + 1) * rows).clone()};
+  }
   std::vector<pipeline::MicroBatch> micro;
   for (int i = 0; i < m; ++i) {
     // Its rows are the global batch's micro-batch dpRank * m + i, whatever

@@ -133,6 +133,9 @@ struct MicroBatchState {
   std::vector<int> nextSlot;
   std::unordered_map<const c10::StorageImpl*, Entry> storages;
   std::unordered_map<int, std::vector<Captured>> captures;
+  // Captured inputs still held as values, by storage: each becomes a pin
+  // once its storage gets a record (Note [captures become pins]).
+  std::unordered_map<const c10::StorageImpl*, std::vector<std::pair<int, size_t>>> pendingCaptures;
   std::optional<RandomKey> random;  // the active key at beginForward
   std::vector<std::shared_ptr<Record>> recomputeRecords;
   std::shared_ptr<Registry> registry = std::make_shared<Registry>();

@@ -76,6 +76,20 @@ void addUnique(std::vector<int>& v, int x) {
   }
 }
 
+// Note [captures become pins]: a segment's captured input on a storage the
+// plan frees is held as a reference to that storage's record, not as the
+// tensor, from the moment the record exists (the input's first save; at once
+// when it was saved before the capture). Held as a tensor until the end of
+// forward, every captured storage of the micro-batch stayed in memory until
+// then: under full recompute the whole stage's activations at once, where
+// the plan counts each freed storage only from its first saver to its last
+// forward reader.
+void pinCapture(detail::Captured& cap, std::shared_ptr<detail::Record> record) {
+  cap.pin = std::move(record);
+  cap.geometry = detail::Geometry(cap.value.toTensor());
+  cap.value = c10::IValue();
+}
+
 }  // namespace
 
 StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
@@ -239,9 +253,19 @@ void StageMemory::afterNode(int pos, const std::vector<c10::IValue>& inputs, con
     captured.resize(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (!c.captureInput[pos][i]) continue;
-      captured[i].present = true;
-      captured[i].value = inputs[i];
-      if (inputs[i].isTensor()) captured[i].requiresGrad = inputs[i].toTensor().requires_grad();
+      auto& cap = captured[i];
+      cap.present = true;
+      cap.value = inputs[i];
+      if (!inputs[i].isTensor()) continue;
+      cap.requiresGrad = inputs[i].toTensor().requires_grad();
+      auto* s = storageOf(inputs[i].toTensor());
+      auto e = s ? f.storages.find(s) : f.storages.end();
+      if (e == f.storages.end() || e->second.external) continue;
+      if (e->second.record) {
+        pinCapture(cap, e->second.record);
+      } else {
+        f.pendingCaptures[s].emplace_back(pos, i);
+      }
     }
   }
   if (c.recordFacts && node >= 0) {
@@ -350,6 +374,12 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
       f.recomputeRecords.push_back(r);
     }
     entry.record = std::move(r);
+    // Note [captures become pins]
+    auto pending = f.pendingCaptures.find(s);
+    if (pending != f.pendingCaptures.end()) {
+      for (auto [capPos, input] : pending->second) pinCapture(f.captures.at(capPos).at(input), entry.record);
+      f.pendingCaptures.erase(pending);
+    }
   }
   hooks.record = entry.record;
   hooks.geometry = detail::Geometry(t);
@@ -358,19 +388,9 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
 void StageMemory::endForward() {
   auto& c = *context_;
   auto& f = *forward_;
-  // Captured inputs on a freed storage become references to its record.
-  for (auto& [pos, inputs] : f.captures) {
-    for (auto& cap : inputs) {
-      if (!cap.value.isTensor()) continue;
-      const auto& t = cap.value.toTensor();
-      auto* s = storageOf(t);
-      auto e = s ? f.storages.find(s) : f.storages.end();
-      if (e == f.storages.end() || !e->second.record) continue;
-      cap.pin = e->second.record;
-      cap.geometry = detail::Geometry(t);
-      cap.value = c10::IValue();
-    }
-  }
+  // Every captured input on a freed storage is a pin by now (Note [captures
+  // become pins]): one still pending is on a storage nothing freed.
+  f.pendingCaptures.clear();
   for (auto& r : f.recomputeRecords) {
     auto seg = std::make_shared<SegmentState>();
     seg->decision = r->decision;

@@ -53,9 +53,9 @@
 //             with its segment, to that storage's span end (backward rebuilds
 //             them together, or reads it back, that early and holds it until
 //             its own first saver's backward), with the re-run nodes'
-//             workspace where a recompute group is rebuilt; + receive
-//             buffers for one more micro-batch (X_first + X_end; stage 0: the
-//             step's data);
+//             forward workspace where a recompute group is rebuilt; + the
+//             communication buffers (the step's data, X_first, 2 X_end:
+//             Note [stage buffers], CostModel.cpp);
 //   W = the swap window (bytes in flight to or from the tier).
 // Step time T = sum_k t_k + (m - 1) max_k t_k.
 // Budget: a stage fits when a bound of its memory fits: M_k with transient
@@ -88,6 +88,9 @@ struct NodeCost {
   double forward = 0, backward = 0;  // seconds
   int64_t params = 0;                // bytes of parameters first read here
   int64_t workspace = 0;             // bytes
+  // Bytes its forward alone allocates that way: what a recompute's re-run of
+  // it costs. -1: not known, workspace counts.
+  int64_t forwardWorkspace = -1;
 };
 
 struct SavedStorage {
@@ -131,6 +134,7 @@ struct Problem {
   std::vector<char> validCut;     // size n + 1: may a stage start at c? (0 and n always)
   double lossSeconds = 0;         // forward + backward of the loss, last stage only
   int64_t lossSavedBytes = 0, lossWorkspace = 0;
+  int64_t dataBytes = 0;          // one micro-batch's input + target, held by every stage (0: cutBytes[0], stage 0)
   double p2pBandwidth = 0;        // bytes/s; 0: communication is free
   double p2pLatency = 0;          // seconds
   double swapSecondsPerByte = 0;  // 1/write_bw + 1/read_bw; 0: no swap tier (Swap not allowed)
@@ -253,7 +257,13 @@ int64_t transientBound(const Problem& problem, int first, int end, bool recomput
 std::vector<int> spanEnds(const Problem& problem, const std::vector<char>& recomputed, int first);
 std::vector<int> spanEndsBound(const Problem& problem);
 bool freeable(const Problem& problem, int storage, int first, int64_t unit);  // unit: memoryUnit(problem)
-// The largest workspace of the nodes recomputing `storage` re-runs in [first, end).
+// The communication buffers a stage [first, end) holds besides its
+// micro-batches (Note [stage buffers], CostModel.cpp): all of them, and those
+// that do not depend on `end` (the step's data and the next input's).
+int64_t stageBuffers(const Problem& problem, int first, int end);
+int64_t inputBuffers(const Problem& problem, int first);
+// The largest forward workspace (NodeCost::forwardWorkspace) of the nodes
+// recomputing `storage` re-runs in [first, end): a re-run is forward only.
 int64_t segmentWorkspace(const Problem& problem, int storage, int first, int end);
 
 struct StageCost {

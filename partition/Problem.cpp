@@ -109,7 +109,8 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   Problem p;
   const int n = graph.numNodes();
   for (auto& node : profile.nodes) {
-    p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.paramBytes, node.workspaceBytes});
+    p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.paramBytes, node.workspaceBytes,
+                       std::min(node.forwardWorkspaceBytes, node.workspaceBytes)});
   }
   p.sharedParams = sharedParams(graph);
   p.storages = savedStorages(graph, profile.facts);
@@ -126,6 +127,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   p.lossSeconds = profile.lossForwardSeconds + profile.lossBackwardSeconds;
   p.lossSavedBytes = profile.lossSavedBytes;
   p.lossWorkspace = profile.lossWorkspaceBytes;
+  p.dataBytes = profile.dataBytes;
   p.p2pBandwidth = profile.machine.p2pBandwidth;
   p.p2pLatency = profile.machine.p2pLatency;
   const auto& m = profile.machine;

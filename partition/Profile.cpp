@@ -41,7 +41,7 @@ int64_t Profile::totalSaved() const {
 }
 
 namespace {
-constexpr const char* kProfileFormat = "sluice-profile-2";
+constexpr const char* kProfileFormat = "sluice-profile-3";
 }  // namespace
 
 void Profile::save(const std::string& path) const {
@@ -62,6 +62,7 @@ void Profile::save(const std::string& path) const {
     pn->set_recomputable(n.recomputable);
     pn->set_random(n.random);
     pn->set_workspace_bytes(n.workspaceBytes);
+    pn->set_forward_workspace_bytes(n.forwardWorkspaceBytes);
   }
   for (auto& f : facts.storages) {
     auto* q = p.add_storages();
@@ -86,6 +87,7 @@ void Profile::save(const std::string& path) const {
   p.set_loss_forward_s(lossForwardSeconds);
   p.set_loss_backward_s(lossBackwardSeconds);
   p.set_micro_batch_size(microBatchSize);
+  p.set_data_bytes(dataBytes);
   p.set_refill_wait_s(refill.waitSeconds);
   p.set_refill_rounds(refill.rounds);
   for (auto& piece : refill.pieces) {
@@ -123,7 +125,7 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   for (auto& pn : p.nodes()) {
     out.nodes.push_back({pn.index(), pn.op(), pn.forward_s(), pn.backward_s(), pn.output_bytes(), pn.saved_bytes(),
                          pn.param_bytes(), pn.recomputable(), pn.random(), pn.workspace_bytes(),
-                         pn.weight_backward_s()});
+                         pn.weight_backward_s(), pn.forward_workspace_bytes()});
   }
   for (auto& q : p.storages()) {
     memory::StorageFact f;
@@ -149,6 +151,7 @@ Profile Profile::load(const std::string& path, const std::string& expectedHash) 
   out.lossForwardSeconds = p.loss_forward_s();
   out.lossBackwardSeconds = p.loss_backward_s();
   out.microBatchSize = p.micro_batch_size();
+  out.dataBytes = p.data_bytes();
   out.refill.waitSeconds = p.refill_wait_s();
   out.refill.rounds = p.refill_rounds();
   for (auto& q : p.refill_pieces()) {

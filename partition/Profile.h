@@ -43,6 +43,9 @@ struct NodeProfile {
   // zero-bubble schedule defers to W): backwardSeconds x the weight share
   // timed once per node with the two halves run separately.
   double weightBackwardSeconds = 0;
+  // The most its forward alone allocates that way (<= workspaceBytes): what
+  // re-running it for a recompute costs.
+  int64_t forwardWorkspaceBytes = 0;
 };
 
 struct MachineProfile {
@@ -79,6 +82,9 @@ struct Profile {
   MachineProfile machine;
   double lossForwardSeconds = 0, lossBackwardSeconds = 0;
   int64_t lossSavedBytes = 0, lossWorkspaceBytes = 0;
+  // One micro-batch's input and target as the dataset gives them (every rank
+  // holds the step's data for the whole step); 0: not known.
+  int64_t dataBytes = 0;
   int microBatchSize = 0;
   memory::MemoryFacts facts;
   RefillProfile refill;  // Note [refill after a wait]; 0s when not measured

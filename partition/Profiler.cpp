@@ -270,7 +270,7 @@ double timeBackward(const OpGraph& g, int node, IsolatedInputs& in, std::vector<
 }
 
 // Each node's median forward and backward over the timed runs, and its
-// workspace (the larger of its forward's and its backward's).
+// workspace (the larger of its forward's and its backward's; and its forward's).
 void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::vector<std::vector<double>>& bwd,
                       const std::vector<int64_t>& forwardWorkspace, const std::vector<int64_t>& backwardWorkspace,
                       Profile& profile) {
@@ -278,6 +278,7 @@ void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::ve
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
     profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
+    profile.nodes[i].forwardWorkspaceBytes = forwardWorkspace[i];
   }
 }
 

@@ -131,9 +131,7 @@ struct StageSums {
     const bool last = end == p.numNodes();
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
     const int64_t nodes = v == Variant::Swap || v == Variant::Keep ? plain.bound() : chained.bound();
-    const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) +
-                              (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) +
-                              (last ? 0 : p.cutBytes[end]);
+    const int64_t transient = std::max(nodes, last ? p.lossWorkspace : 0) + stageBuffers(p, first, end);
     return staticBytes(p) + holdingFactor(p, k, first) * (boundary + savedBytes + (last ? p.lossSavedBytes : 0)) + transient +
            p.weightHeldBound(k, first, end, weightSaved) +
            (v == Variant::Recompute || v == Variant::Keep ? 0 : p.window()) -
@@ -145,8 +143,7 @@ struct StageSums {
   // A lower bound of every variant's excess that never decreases as the stage grows.
   int64_t monotoneExcess(const Problem& p, int f) const {
     const int64_t boundary = first == 0 ? 0 : p.cutBytes[first];
-    return staticBytes(p) + f * (boundary + saved) + plain.workspace +
-           (first == 0 ? p.microBatches * p.cutBytes[0] : p.cutBytes[first]) - p.budgetBytes;
+    return staticBytes(p) + f * (boundary + saved) + plain.workspace + inputBuffers(p, first) - p.budgetBytes;
   }
 };
 

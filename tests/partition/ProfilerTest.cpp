@@ -80,6 +80,9 @@ TEST(Profiler, SavedAndParameterBytesPerNode) {
     EXPECT_TRUE(n.recomputable) << n.op;  // nothing writes a parameter in place
     EXPECT_FALSE(n.random) << n.op;       // no dropout in this GPT
     EXPECT_GE(n.workspaceBytes, 0);
+    // A recompute re-runs the forward alone: its workspace is part of the node's.
+    EXPECT_GE(n.forwardWorkspaceBytes, 0);
+    EXPECT_LE(n.forwardWorkspaceBytes, n.workspaceBytes) << n.op;
   }
 }
 
@@ -195,6 +198,7 @@ TEST(Profiler, RoundTripAndRefusals) {
   f.profile.refill.waitSeconds = 0.02;
   f.profile.refill.rounds = 8;
   f.profile.refill.pieces = {{0, 5, 0.1}, {5, f.graph->numNodes(), 0.03}};
+  f.profile.dataBytes = 1234;
   f.profile.save(path);
   auto back = Profile::load(path, f.graph->hash());
   ASSERT_EQ(back.nodes.size(), f.profile.nodes.size());
@@ -202,6 +206,7 @@ TEST(Profiler, RoundTripAndRefusals) {
     EXPECT_EQ(back.nodes[i].op, f.profile.nodes[i].op);
     EXPECT_EQ(back.nodes[i].savedBytes, f.profile.nodes[i].savedBytes);
     EXPECT_EQ(back.nodes[i].workspaceBytes, f.profile.nodes[i].workspaceBytes);
+    EXPECT_EQ(back.nodes[i].forwardWorkspaceBytes, f.profile.nodes[i].forwardWorkspaceBytes);
     EXPECT_DOUBLE_EQ(back.nodes[i].forwardSeconds, f.profile.nodes[i].forwardSeconds);
   }
   ASSERT_EQ(back.facts.storages.size(), f.profile.facts.storages.size());
@@ -210,6 +215,7 @@ TEST(Profiler, RoundTripAndRefusals) {
     EXPECT_EQ(back.facts.storages[i].savers, f.profile.facts.storages[i].savers);
   }
   EXPECT_EQ(back.lossSavedBytes, f.profile.lossSavedBytes);
+  EXPECT_EQ(back.dataBytes, 1234);
   EXPECT_EQ(back.refill.waitSeconds, 0.02);
   EXPECT_EQ(back.refill.rounds, 8);
   ASSERT_EQ(back.refill.pieces.size(), 2u);
