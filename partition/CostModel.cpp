@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <numeric>
+#include <set>
 #include <unordered_map>
 #include <limits>
 
@@ -220,11 +222,46 @@ int64_t segmentWorkspace(const Problem& p, int x, int first, int end) {
   return ws;
 }
 
+namespace {
+
+// Note [replay peak]: at a trigger the recomputes rebuild their storages in
+// forward order (one chain, each segment reading the storages before it:
+// Note [recompute groups], memory/Recompute.cpp), each re-run node
+// allocating its outputs and temporaries (NodeCost::forwardWorkspace) while
+// only the storages made before it are back. Returns that peak less all of
+// them, which the stage's active bytes hold at the trigger; with a node's
+// forward workspace unknown, the largest workspace of the re-run nodes.
+int64_t replayExcess(const Problem& p, const std::vector<int>& rebuilt, int first, int end) {
+  std::map<int, int64_t> madeBy;
+  std::set<int> nodes;
+  int64_t total = 0, fallback = 0;
+  for (int x : rebuilt) {
+    const auto& st = p.storages[x];
+    madeBy[st.producer] += st.bytes;
+    total += st.bytes;
+    fallback = std::max(fallback, segmentWorkspace(p, x, first, end));
+    for (int n : st.segment) {
+      if (n >= first && n < end) nodes.insert(n);
+    }
+  }
+  int64_t before = 0, peak = 0;
+  for (int n : nodes) {
+    if (p.nodes[n].forwardWorkspace < 0) return fallback;
+    peak = std::max(peak, before + p.nodes[n].forwardWorkspace);
+    auto made = madeBy.find(n);
+    if (made != madeBy.end()) before += made->second;
+  }
+  return std::max<int64_t>(0, peak - total);
+}
+
+}  // namespace
+
 int64_t transientBytes(const Problem& p, int first, int end, const std::vector<char>& freed) {
   std::vector<char> recomputed(p.storages.size(), 0);
   for (size_t x = 0; x < freed.size(); ++x) recomputed[x] = freed[x] == 2;
   const auto spans = spanEnds(p, recomputed, first);
   std::vector<int64_t> keptFirstSaved(end - first, 0), active(end - first, 0), replay(end - first, 0);
+  std::map<int, std::vector<int>> rebuiltAt;  // trigger -> the recomputed storages it rebuilds
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
     if (!storageInStage(p, x, first, end)) continue;
     const auto& st = p.storages[x];
@@ -234,9 +271,10 @@ int64_t transientBytes(const Problem& p, int first, int end, const std::vector<c
     }
     const int trigger = std::min(spans[x], end - 1);
     for (int j = st.firstSaver; j <= trigger; ++j) active[j - first] += st.bytes;
-    // A recompute re-runs its group at the trigger: each re-run node's workspace comes on top.
-    if (recomputed[x]) replay[trigger - first] = std::max(replay[trigger - first], segmentWorkspace(p, x, first, end));
+    if (recomputed[x]) rebuiltAt[trigger].push_back(x);
   }
+  // A recompute re-runs its group at the trigger: its peak beyond what it rebuilds (Note [replay peak]).
+  for (auto& [trigger, rebuilt] : rebuiltAt) replay[trigger - first] = replayExcess(p, rebuilt, first, end);
   int64_t nodes = 0, after = 0;
   for (int j = end - 1; j >= first; --j) {
     nodes = std::max(nodes, std::max(p.nodes[j].workspace, replay[j - first]) - after + active[j - first]);

@@ -52,8 +52,10 @@
 //             when a recomputed storage's segment needs it or shares a node
 //             with its segment, to that storage's span end (backward rebuilds
 //             them together, or reads it back, that early and holds it until
-//             its own first saver's backward), with the re-run nodes'
-//             forward workspace where a recompute group is rebuilt; + the
+//             its own first saver's backward), with the replay's own peak
+//             where a recompute group is rebuilt (Note [replay peak],
+//             CostModel.cpp: forward order, each node's forward workspace
+//             over the storages rebuilt before it); + the
 //             communication buffers (the step's data, X_first, 2 X_end:
 //             Note [stage buffers], CostModel.cpp);
 //   W = the swap window (bytes in flight to or from the tier).
@@ -88,8 +90,9 @@ struct NodeCost {
   double forward = 0, backward = 0;  // seconds
   int64_t params = 0;                // bytes of parameters first read here
   int64_t workspace = 0;             // bytes
-  // Bytes its forward alone allocates that way: what a recompute's re-run of
-  // it costs. -1: not known, workspace counts.
+  // Bytes its forward allocates beyond what was allocated when it started
+  // (outputs and temporaries; the replay holds the rebuilt storages apart):
+  // what a recompute's re-run of it costs. -1: not known, workspace counts.
   int64_t forwardWorkspace = -1;
 };
 

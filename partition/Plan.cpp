@@ -60,24 +60,31 @@ namespace {
 // A baseline policy on given cuts: its fixed choices (everything kept, or
 // full_recompute's), checked against the budget. With the choices fixed there
 // is no knapsack to keep exact, so the check uses the predicted peak itself
-// (CostModel.h), not the bound the partitioner's choices must fit.
+// (CostModel.h), not the bound the partitioner's choices must fit; one that
+// does not fit names the smallest budget every stage fits, in the words the
+// partitioner uses (budgetAdvice).
 Partition fixedPartition(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const Problem& p,
                          const std::vector<int>& cuts) {
   Partition out;
   out.cuts = cuts;
+  int worst = -1;
   for (int k = 0; k < p.stages; ++k) {
     const int first = k == 0 ? 0 : cuts[k - 1], end = k + 1 == p.stages ? p.numNodes() : cuts[k];
     const auto freed = st.policy == memory::MemoryPolicy::FullRecompute ? fullRecomputeChoices(graph, profile, p, first, end)
                                                      : std::vector<std::pair<int, Action>>{};
     auto s = evaluateStage(p, k, first, end, freed);
     s.fits = p.budgetBytes <= 0 || s.peakBytes <= p.budgetBytes;
-    SLUICE_CHECK(s.fits, PlanError,
-                 "partition: with memory.policy " << choiceName(memory::memoryPolicies(), st.policy) << ", stage " << k << " (nodes [" << first << ", "
-                     << end << ")) needs " << formatBytesExact(s.peakBytes) << "; the budget is "
-                     << formatBytesExact(p.budgetBytes) << ". Raise memory.budget_mb, use more stages, or let the "
-                     << "partitioner free memory (memory.policy plan)");
+    if (worst < 0 || s.peakBytes > out.stages[worst].peakBytes) worst = k;
     out.stages.push_back(std::move(s));
   }
+  const auto& w = out.stages.at(worst);
+  SLUICE_CHECK(w.fits, PlanError,
+               "partition: with memory.policy " << choiceName(memory::memoryPolicies(), st.policy) << ", stage " << worst
+                   << " (nodes [" << w.first << ", " << w.end << ")) needs " << formatBytesExact(w.peakBytes)
+                   << "; the budget is " << formatBytesExact(p.budgetBytes)
+                   << (p.budgetShares > 1 ? " (its share of the rank's)" : "") << "; the smallest budget that fits is "
+                   << budgetAdvice(w.peakBytes, std::max(1, p.budgetShares))
+                   << ", or use more stages, or let the partitioner free memory (memory.policy plan)");
   out.stepTime = stepTime(out.stages, p.microBatches);
   return out;
 }

@@ -110,7 +110,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   const int n = graph.numNodes();
   for (auto& node : profile.nodes) {
     p.nodes.push_back({node.forwardSeconds, node.backwardSeconds, node.paramBytes, node.workspaceBytes,
-                       std::min(node.forwardWorkspaceBytes, node.workspaceBytes)});
+                       node.forwardWorkspaceBytes});
   }
   p.sharedParams = sharedParams(graph);
   p.storages = savedStorages(graph, profile.facts);

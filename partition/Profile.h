@@ -43,8 +43,8 @@ struct NodeProfile {
   // zero-bubble schedule defers to W): backwardSeconds x the weight share
   // timed once per node with the two halves run separately.
   double weightBackwardSeconds = 0;
-  // The most its forward alone allocates that way (<= workspaceBytes): what
-  // re-running it for a recompute costs.
+  // The most its forward allocates beyond what was allocated when it started
+  // (its outputs and temporaries): what re-running it for a recompute costs.
   int64_t forwardWorkspaceBytes = 0;
 };
 

@@ -76,7 +76,9 @@ Clock::time_point now() {
 }
 
 // Around StageMemory: for each node, the most its forward held beyond the
-// saved storages (temporaries, values waiting for their reader, outputs).
+// saved storages (temporaries, values waiting for their reader, outputs);
+// and the most it allocated itself (beyond what was allocated when it
+// started: its outputs and temporaries), what re-running it costs.
 class WorkspaceObserver : public NodeObserver {
  public:
   WorkspaceObserver(memory::StageMemory& memory, const std::vector<int>& nodeIndex, int64_t base)
@@ -84,6 +86,7 @@ class WorkspaceObserver : public NodeObserver {
   void beforeNode(int pos, const std::vector<IValue>& inputs) override {
     memory_.beforeNode(pos, inputs);
     memory::resetDevicePeak(profiled);
+    start_ = allocated();
   }
   void afterNode(int pos, const std::vector<IValue>& inputs, const std::vector<IValue>& outputs) override {
     memory_.afterNode(pos, inputs, outputs);
@@ -94,15 +97,16 @@ class WorkspaceObserver : public NodeObserver {
       if (!f.savers.empty()) saved += f.bytes;
     }
     const int64_t peak = memory::deviceAllocatorStats(profiled).peakBytes;
-    if (workspace.size() <= static_cast<size_t>(node)) workspace.resize(node + 1, 0);
+    if (workspace.size() <= static_cast<size_t>(node)) workspace.resize(node + 1, 0), own.resize(node + 1, 0);
     workspace[node] = std::max<int64_t>(0, peak - base_ - saved);
+    own[node] = std::max<int64_t>(0, peak - start_);
   }
-  std::vector<int64_t> workspace;
+  std::vector<int64_t> workspace, own;
 
  private:
   memory::StageMemory& memory_;
   const std::vector<int>& nodeIndex_;
-  int64_t base_;
+  int64_t base_, start_ = 0;
 };
 
 // One forward of the whole graph as a one-stage job runs it: the memory facts
@@ -133,6 +137,9 @@ void profileMemory(const OpGraph& g, const std::vector<torch::Tensor>& inputs, P
     auto out = program.run(stack, &observer);
     memory.endForward();
     forwardWorkspace = observer.workspace;
+    for (size_t i = 0; i < observer.own.size() && i < profile.nodes.size(); ++i) {
+      profile.nodes[i].forwardWorkspaceBytes = observer.own[i];
+    }
   }
   profile.facts = memory.facts();
   profile.facts.outputs.resize(g.numNodes());
@@ -270,7 +277,7 @@ double timeBackward(const OpGraph& g, int node, IsolatedInputs& in, std::vector<
 }
 
 // Each node's median forward and backward over the timed runs, and its
-// workspace (the larger of its forward's and its backward's; and its forward's).
+// workspace (the larger of its forward's and its backward's).
 void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::vector<std::vector<double>>& bwd,
                       const std::vector<int64_t>& forwardWorkspace, const std::vector<int64_t>& backwardWorkspace,
                       Profile& profile) {
@@ -278,7 +285,6 @@ void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::ve
     profile.nodes[i].forwardSeconds = median(fwd[i]);
     profile.nodes[i].backwardSeconds = median(bwd[i]);
     profile.nodes[i].workspaceBytes = std::max(forwardWorkspace[i], backwardWorkspace[i]);
-    profile.nodes[i].forwardWorkspaceBytes = forwardWorkspace[i];
   }
 }
 

@@ -25,6 +25,7 @@ SMALL=(--set model.layers=2 --set model.embd=64 --set model.heads=4 --set model.
 #   small                 SMALL
 #   small_dropout         SMALL, dropout 0.1
 #   small_dropout_bf16    SMALL, dropout 0.1, bf16
+#   quickstart            the quickstart GPT (no dropout: its attention is fused)
 #   quickstart_dropout    the quickstart GPT, dropout 0.1
 #   fashion_mnist_cnn     configs/fashion_mnist_cnn.yaml
 shared_profile() {
@@ -33,6 +34,7 @@ shared_profile() {
     small) args=("${SMALL[@]}") ;;
     small_dropout) args=("${SMALL[@]}" --set model.dropout=0.1) ;;
     small_dropout_bf16) args=("${SMALL[@]}" --set model.dropout=0.1 --set training.precision=bf16) ;;
+    quickstart) ;;
     quickstart_dropout) args=(--set model.dropout=0.1) ;;
     fashion_mnist_cnn) config=fashion_mnist_cnn ;;
     *) fail "shared_profile: no profile named $name" ;;

@@ -7,7 +7,9 @@
 # (recompute only), dropout on; the budgets are met and the losses equal
 # keeping everything exactly. Then swap directories that cannot work: missing, not a
 # directory, tmpfs, read-only, full: a clear error naming the directory,
-# a non-zero exit, no hang, and (before training) no output.
+# a non-zero exit, no hang, and (before training) no output. Last, full
+# recompute with fused attention at exactly the smallest budget it names,
+# under memory.hard_limit.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
 # Dropout on: recompute replays the draws from the random key (Note [random streams]).
@@ -78,3 +80,26 @@ expect_failure disk_full "the disk is full" "$TMP/never" -- unshare -m sh -c \
 ! grep -q "swap files left behind" "$TMP/disk_full.log" || fail "disk_full: swap files left in the directory"
 grep -q "$TMP/mnt" "$TMP/disk_full.log" || fail "disk_full: the message does not name the directory"
 echo "ok: swap directory errors"
+
+# Full recompute (every block, as Megatron's) with the attention fused (no
+# dropout: attention dropout keeps it as written, core/AttentionFusion.h), at
+# exactly the smallest budget the planner names for it, under
+# memory.hard_limit (an allocation beyond the budget fails): the replayed
+# fused attention's memory is the plan's (Note [captures become pins],
+# memory/StageMemory.cpp; it ran out of memory at +4% before), and the losses
+# equal keeping everything exactly.
+drop=()
+run=(--set training.steps=4 --set logging.interval=2)
+cp "$(shared_profile quickstart)" "$TMP/prof.pb"
+full=(--set memory.policy=full_recompute)
+FBUDGET=$(smallest_budget "${full[@]}")
+[ -n "$FBUDGET" ] || fail "full_recompute: partition does not name the smallest budget that fits"
+plan fused_keep
+train fused_keep "$TMP/fused_keep.pb"
+plan fused_recompute --budget-mb "$FBUDGET" "${full[@]}"
+grep -qE "^  stage .* aten::scaled_dot_product_attention .* recompute" "$TMP/fused_recompute.plan.log" ||
+  { cat "$TMP/fused_recompute.plan.log"; fail "full_recompute: no fused attention is recomputed"; }
+train fused_recompute "$TMP/fused_recompute.pb" "${full[@]}" --set memory.budget_mb="$FBUDGET" --set memory.hard_limit=true
+check_memory fused_recompute "$FBUDGET"
+same_losses fused_recompute fused_keep
+echo "ok: full recompute with fused attention trained at the $FBUDGET MiB it names, under memory.hard_limit"

@@ -80,9 +80,9 @@ TEST(Profiler, SavedAndParameterBytesPerNode) {
     EXPECT_TRUE(n.recomputable) << n.op;  // nothing writes a parameter in place
     EXPECT_FALSE(n.random) << n.op;       // no dropout in this GPT
     EXPECT_GE(n.workspaceBytes, 0);
-    // A recompute re-runs the forward alone: its workspace is part of the node's.
+    // A recompute re-runs the forward alone: what it allocates (outputs and temporaries).
     EXPECT_GE(n.forwardWorkspaceBytes, 0);
-    EXPECT_LE(n.forwardWorkspaceBytes, n.workspaceBytes) << n.op;
+    if (n.op == "aten::matmul") { EXPECT_GE(n.forwardWorkspaceBytes, n.outputBytes) << n.op; }
   }
 }
 
