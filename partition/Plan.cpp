@@ -251,8 +251,77 @@ void widenRankWindow(Plan& plan, const PlanSettings& st) {
 // when it is predicted faster than the equal shares' (or they do not fit).
 // Not with DistAdam over several ranks, whose step buffers the rank bound
 // leaves out.
+// The relaxed shares of a rank budget, from the most generous down.
+constexpr double kRelaxedShares[] = {2.0, 1.6, 1.35, 1.15};
+
+// The plan of the first relaxed share (within chunks) under which every rank
+// fits `rankBudget` with its stages together; none when no share does.
 template <typename PlanOf>
-Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planOf) {
+std::optional<Plan> relaxedPlan(const PlanSettings& st, const Problem& problem, int64_t rankBudget, PlanOf& planOf) {
+  for (double relax : kRelaxedShares) {
+    if (relax > st.chunks) continue;
+    if (st.progress) st.progress(st.schedule + " with relaxed shares, " + std::to_string(relax).substr(0, 4) + "x");
+    Problem q = problem;
+    q.budgetBytes = static_cast<int64_t>(relax * static_cast<double>(rankBudget) / st.chunks);
+    q.rankBudgetBytes = rankBudget;
+    q.nameSmallestBudget = false;
+    try {
+      return planOf(q);
+    } catch (const PlanError&) {
+    } catch (const GraphError&) {
+    }
+  }
+  return std::nullopt;
+}
+
+// Nothing fits `problem` even with each rank's stages together: the error
+// naming a budget that does. The equal shares' smallest E always fits; with
+// the stages together less may, so the smallest budget some relaxed share
+// meets is bisected between E / chunks and E, to 1% of E. Feasibility is
+// not monotone here (the relaxed shares move the cuts), so the budget named
+// is one that planned, not necessarily the least. Only without a swap tier:
+// with one, every probe runs the swap knapsacks' whole DP (seconds each on
+// the quickstart), so the error names E and says that less may fit.
+template <typename PlanOf>
+PlanError rankBudgetError(const PlanSettings& st, const Problem& problem, const PlanError& equalError, PlanOf& planOf) {
+  const int64_t share = minimalBudget(problem);
+  if (share <= 0) return equalError;
+  const int64_t equalBudget = share * st.chunks;
+  if (st.progress) st.progress(st.schedule + ": the smallest budget each rank's stages meet together");
+  int64_t lo = share, hi = equalBudget;
+  const int64_t step = std::max<int64_t>(equalBudget / 100, 1 << 10);
+  while (hi - lo > step) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (relaxedPlan(st, problem, mid, planOf) ? hi : lo) = mid;
+  }
+  if (hi >= equalBudget) return equalError;
+  std::ostringstream os;
+  os << "partition: no split into " << st.stages * st.chunks << " stages fits the budget of "
+     << formatBytesExact(st.budgetBytes) << " per rank, with an equal share per stage or each rank's "
+     << "stages together; a budget that fits is " << budgetAdvice(hi, 1) << " (with each rank's stages together; an "
+     << "equal share per stage needs " << formatBytesExact(equalBudget) << ")";
+  return PlanError(os.str());
+}
+
+// Note [rank budget]: a rank that hosts several stages (interleaved, zbv)
+// holds them at once, and the DP checks stages one at a time: each gets an
+// equal share of the rank's budget, which always fits (the shares' bounds
+// add up to at most the budget) but counts every stage's transient memory
+// and swap window once per stage, and its peak as if the stages' peaks
+// coincided. So the planner also tries relaxed shares (up to the whole
+// budget per stage), from the most generous down, and keeps the first plan
+// whose every rank fits the budget with its stages together: the rank's
+// predicted peak (at each moment of its action order, what its stages hold
+// then, the acting stage's transient and the communication buffers, plus
+// one swap window; PlanStage::rankPeakBytes) with each transient as the
+// budget bound counts it (every freeable storage's span). It keeps that plan
+// when it is predicted faster than the equal shares' (or they do not fit).
+// When nothing fits, the error names a budget that does with the stages
+// together (rankBudgetError; with the planner's own cuts and choices). Not with DistAdam over several ranks, whose
+// step buffers the rank bound leaves out.
+// givenCuts: the cuts are the user's (the error names the equal shares' budget then).
+template <typename PlanOf>
+Plan withRankBudget(const PlanSettings& st, const Problem& problem, bool givenCuts, PlanOf planOf) {
   const bool relaxable = st.chunks > 1 && problem.budgetBytes > 0 && problem.stepRanks <= 1;
   if (!relaxable) return planOf(problem);
   std::optional<Plan> best;
@@ -263,22 +332,11 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, PlanOf planO
   } catch (const PlanError& e) {
     equalError = e;
   }
-  for (double relax : {2.0, 1.6, 1.35, 1.15}) {
-    if (relax > st.chunks) continue;
-    if (st.progress) st.progress(st.schedule + " with relaxed shares, " + std::to_string(relax).substr(0, 4) + "x");
-    Problem q = problem;
-    q.budgetBytes = static_cast<int64_t>(relax * static_cast<double>(problem.budgetBytes));
-    q.rankBudgetBytes = st.budgetBytes;
-    q.nameSmallestBudget = false;
-    try {
-      auto relaxed = planOf(q);
-      if (!best || relaxed.stepTime < best->stepTime) best = std::move(relaxed);
-      break;
-    } catch (const PlanError&) {
-    } catch (const GraphError&) {
-    }
+  if (auto relaxed = relaxedPlan(st, problem, st.budgetBytes, planOf)) {
+    if (!best || relaxed->stepTime < best->stepTime) best = std::move(relaxed);
   }
-  if (!best) throw *equalError;
+  const bool search = !givenCuts && st.policy == memory::MemoryPolicy::Plan && problem.swapSecondsPerByte == 0;
+  if (!best) throw search ? rankBudgetError(st, problem, *equalError, planOf) : *equalError;
   if (st.swapWindowShare > 0) widenRankWindow(*best, st);
   return std::move(*best);
 }
@@ -295,7 +353,7 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
   }
   SLUICE_CHECK(st.minOpLevelGain >= 0 && st.minOpLevelGain < 1, PlanError,
                "partition: the minimum op-level gain must be in [0, 1), got " << st.minOpLevelGain);
-  return withRankBudget(st, makeProblem(graph, profile, st), [&](const Problem& problem) {
+  return withRankBudget(st, makeProblem(graph, profile, st), false, [&](const Problem& problem) {
     auto opLevel = refineForSchedule(graph, profile, st, problem, partitionFor(graph, profile, st, problem, nullptr));
     auto aligned = layerAligned(graph, profile, st, problem, opLevel);
     if (!aligned) return toPlan(graph, profile, st, problem, opLevel);
@@ -309,7 +367,7 @@ Plan makePlan(const OpGraph& graph, const Profile& profile, const PlanSettings& 
 
 Plan planForCuts(const OpGraph& graph, const Profile& profile, const PlanSettings& st, const std::vector<int>& cuts) {
   splitGraph(graph, cuts);  // GraphError naming nearby valid cuts when one is invalid
-  return withRankBudget(st, makeProblem(graph, profile, st), [&](const Problem& problem) {
+  return withRankBudget(st, makeProblem(graph, profile, st), true, [&](const Problem& problem) {
     return toPlan(graph, profile, st, problem, partitionFor(graph, profile, st, problem, &cuts));
   });
 }

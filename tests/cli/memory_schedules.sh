@@ -8,7 +8,8 @@
 # budget, and the losses equal keeping everything under the same schedule
 # exactly (Note [split backward memory], memory/StageMemory.h); zbv and
 # interleaved also under a budget only each rank's stages together meet
-# (Note [rank budget], partition/Plan.cpp). Recompute
+# (Note [rank budget], partition/Plan.cpp), and interleaved-zb recomputing
+# only at the budget its ranks meet with their stages together. Recompute
 # under every schedule is exact by tests/pipeline/MemoryPlanTest.cpp.
 source "$(dirname "$0")/lib.sh"
 CFG="$ROOT/configs/quickstart.yaml"
@@ -109,4 +110,20 @@ train recompute_interleaved "$TMP/recompute_interleaved.pb" "${s[@]}"
 check_memory recompute_interleaved "$budget"
 same_losses recompute_interleaved keep_interleaved
 grep -q "memory plan: .*recomputed [1-9]" "$TMP/recompute_interleaved"/logs/rank_*.log || fail "interleaved: no rank recomputed"
+# Recompute only, interleaved-zb, at exactly the smallest budget the planner
+# names: with no swap tier it searches the budget each rank's stages meet
+# together (Note [rank budget], partition/Plan.cpp), which is below keeping
+# everything (an equal share per stage needs more); trained under
+# memory.hard_limit.
+s=(--set pipeline.schedule=interleaved-zb --set memory.swap=false)
+budget=$(smallest_budget "${s[@]}")
+[ -n "$budget" ] || fail "interleaved-zb, recompute only: partition does not name a budget that fits"
+keep_peak=$(cat "$TMP/keep_interleaved-zb"/logs/rank_*.log | grep -o "predicted_peak_bytes=[0-9]*" | cut -d= -f2 | sort -n | tail -1)
+awk -v b="$budget" -v k="$keep_peak" 'BEGIN { exit !(b * 1048576 < k) }' ||
+  fail "interleaved-zb, recompute only: the named $budget MiB is not below keeping everything ($keep_peak bytes)"
+plan rank_recompute_izb --budget-mb "$budget" "${s[@]}"
+train rank_recompute_izb "$TMP/rank_recompute_izb.pb" "${s[@]}" --set memory.budget_mb="$budget" --set memory.hard_limit=true
+check_memory rank_recompute_izb "$budget"
+same_losses rank_recompute_izb keep_interleaved-zb
+echo "interleaved-zb, recompute only: planned and trained at the $budget MiB it names, below keeping everything ($(awk -v k="$keep_peak" 'BEGIN { printf "%.2f", k / 1048576 }') MiB)"
 echo "ok: memory plans under gpipe, zb-h1, interleaved, interleaved-zb and zbv, each at the smallest budget it names"
