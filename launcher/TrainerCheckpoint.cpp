@@ -2,6 +2,7 @@
 // checkpoint carries, restoring this rank's part of one, saving one, and
 // writing a TorchScript model's trained weights (Note [model.pt]). The
 // format itself and its atomic commit live in launcher/Checkpoint.h.
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 
@@ -16,6 +17,7 @@
 #include "launcher/Trainer.h"
 #include "models/TorchScript.h"
 #include "optim/OptimizerState.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 namespace fs = std::filesystem;
@@ -26,10 +28,20 @@ std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
   if (bytes.empty()) return std::nullopt;
   auto saved = partition::Plan::fromBytes(bytes, resume_->path + "/plan.pb");
   const auto want = planSettings(c_);
+  // Under pipeline.schedule auto the plan holds the schedule auto chose (and
+  // its chunks: 1 unless it interleaves): the same choice when it is one auto
+  // would weigh now. Comparing it with "auto" itself never matched, so every
+  // restart planned anew and could switch schedules mid-run.
+  bool scheduleSame = saved.schedule == want.schedule && saved.chunks == want.chunks;
+  if (want.schedule == "auto") {
+    const auto candidates = autoCandidates(want.stages, want.chunks, static_cast<int>(c_.pipeline.cuts.size()));
+    scheduleSame = std::find(candidates.begin(), candidates.end(), saved.schedule) != candidates.end() &&
+                   saved.chunks == (pipeline::interleavesStages(saved.schedule) ? want.chunks : 1);
+  }
   // Same graph, stage count and everything the plan was chosen for; else plan anew.
-  const bool same = saved.graphHash == graph_->hash() &&
-                    static_cast<int>(saved.stages.size()) == want.stages * want.chunks && saved.chunks == want.chunks &&
-                    saved.schedule == want.schedule && saved.microBatches == want.microBatches &&
+  const bool same = saved.graphHash == graph_->hash() && scheduleSame &&
+                    static_cast<int>(saved.stages.size()) == want.stages * saved.chunks &&
+                    saved.microBatches == want.microBatches &&
                     saved.dataParallel == want.dataParallel && saved.budgetBytes == want.budgetBytes &&
                     saved.policy == want.policy;
   if (rank_ == 0) {

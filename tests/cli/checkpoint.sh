@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints on real ranks: a job killed (-9) mid-run restarts from its latest
 # checkpoint and ends with the per-step losses of an uninterrupted run,
-# bitwise; a stop on SIGTERM writes a checkpoint, exits 0 and resumes
+# bitwise (also under pipeline.schedule auto, reusing the plan auto chose); a stop on SIGTERM writes a checkpoint, exits 0 and resumes
 # bitwise; a kill during a save leaves the previous checkpoint loadable;
 # checkpoints load into another layout (2 stages -> 1 stage; 2 stages ->
 # interleaved 2 x 2 -> 1 stage; 1 stage x 2 replicas -> 2 stages x 1,
@@ -61,6 +61,22 @@ grep -q "resumed from .*step_00000005 at step 5 (same layout: exact)" "$TMP/kill
 grep -q "plan: the one saved with" "$TMP/killed.log" || fail "the restart planned anew instead of reusing the plan"
 same short killed
 echo "ok: kill -9 of rank 1 at step 7, restarted from step 5: $S losses bitwise equal to the uninterrupted run"
+
+# The same under pipeline.schedule auto: the restart reuses the schedule and
+# plan auto chose (it used to compare the chosen schedule with "auto", plan
+# anew, and could pick another schedule mid-run).
+auto=(--set training.steps=$S --set pipeline.schedule=auto)
+train short_auto "${auto[@]}" || { cat "$TMP/short_auto.log"; fail "short auto run failed"; }
+chose=$(grep -o "pipeline.schedule auto chose [a-z0-9-]*" "$TMP/short_auto.log" | awk '{ print $NF }')
+[ -n "$chose" ] || fail "auto did not say which schedule it chose"
+SLUICE_FAULT=kill:rank=1:step=7 train killed_auto "${auto[@]}" --set checkpoint.interval=5 --set cluster.max_restarts=1 ||
+  { cat "$TMP/killed_auto.log"; fail "killed auto run did not complete after its restart"; }
+grep -q "resumed from .*step_00000005 at step 5 (same layout: exact)" "$TMP/killed_auto.log" || fail "auto: did not resume at step 5"
+grep -q "plan: the one saved with" "$TMP/killed_auto.log" ||
+  { grep "plan:" "$TMP/killed_auto.log"; fail "under auto, the restart planned anew instead of reusing the plan"; }
+[ "$(grep -c "pipeline.schedule auto chose" "$TMP/killed_auto.log")" -eq 1 ] || fail "under auto, the restart chose again"
+same short_auto killed_auto
+echo "ok: under pipeline.schedule auto ($chose), kill -9 and restart reused the plan: $S losses bitwise equal"
 
 # SIGTERM, or Ctrl-C (SIGINT), to `sluice train`: the ranks finish their step,
 # checkpoint and exit 0; resuming is bitwise exact.
