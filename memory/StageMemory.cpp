@@ -90,6 +90,30 @@ void pinCapture(detail::Captured& cap, std::shared_ptr<detail::Record> record) {
   cap.value = c10::IValue();
 }
 
+// A segment node's inputs that forward must capture (Context::captureInput):
+// pinned at once when their storage has a record, else pending until it gets
+// one (StageMemory::pack).
+void captureInputs(const detail::Context& c, detail::MicroBatchState& f, int pos, const std::vector<c10::IValue>& inputs) {
+  auto& captured = f.captures[pos];
+  captured.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!c.captureInput[pos][i]) continue;
+    auto& cap = captured[i];
+    cap.present = true;
+    cap.value = inputs[i];
+    if (!inputs[i].isTensor()) continue;
+    cap.requiresGrad = inputs[i].toTensor().requires_grad();
+    auto* s = detail::storageOf(inputs[i].toTensor());
+    auto e = s ? f.storages.find(s) : f.storages.end();
+    if (e == f.storages.end() || e->second.external) continue;
+    if (e->second.record) {
+      pinCapture(cap, e->second.record);
+    } else {
+      f.pendingCaptures[s].emplace_back(pos, i);
+    }
+  }
+}
+
 }  // namespace
 
 StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
@@ -248,26 +272,7 @@ void StageMemory::afterNode(int pos, const std::vector<c10::IValue>& inputs, con
       f.storages[s] = std::move(e);
     }
   }
-  if (c.inSegment[pos]) {
-    auto& captured = f.captures[pos];
-    captured.resize(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!c.captureInput[pos][i]) continue;
-      auto& cap = captured[i];
-      cap.present = true;
-      cap.value = inputs[i];
-      if (!inputs[i].isTensor()) continue;
-      cap.requiresGrad = inputs[i].toTensor().requires_grad();
-      auto* s = storageOf(inputs[i].toTensor());
-      auto e = s ? f.storages.find(s) : f.storages.end();
-      if (e == f.storages.end() || e->second.external) continue;
-      if (e->second.record) {
-        pinCapture(cap, e->second.record);
-      } else {
-        f.pendingCaptures[s].emplace_back(pos, i);
-      }
-    }
-  }
+  if (c.inSegment[pos]) captureInputs(c, f, pos, inputs);
   if (c.recordFacts && node >= 0) {
     auto& facts = c.facts;
     if (facts.outputs.size() <= static_cast<size_t>(node)) {

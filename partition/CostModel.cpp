@@ -135,6 +135,9 @@ double recomputeSeconds(const Problem& p, int s, int first) {
 // the next one, posted while backward pieces run back to back (or, as large,
 // an output whose send has not completed because the next stage was
 // computing); and the runtime's scalars (loss sums, flags), kSmallBytes.
+// With several stages per rank the prediction counts the posted receives
+// and pending sends per action instead (Note [communication buffers],
+// Prediction.cpp), without the second gradient.
 // Measured on bench/memory.yaml, 2 stages under 1F1B, keeping everything or
 // recomputing every block: with one gradient fewer and without the data,
 // stage 0's peak was under-predicted by exactly those; with them, both peaks

@@ -158,12 +158,18 @@ std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partit
     int64_t fixed = 0, window = 0, peak = 0;
     std::map<int, const StageCost*> mine;
     std::map<int, int64_t> transient;
+    std::map<int, int64_t> inputBytes;  // each stage's boundary input: the previous stage's output
+    for (auto& s : part.stages) inputBytes[s.stage] = s.boundaryBytes;
     for (auto& s : part.stages) {
       if (schedule.rankOf(s.stage) != rank) continue;
       mine[s.stage] = &s;
       fixed += s.staticBytes;
       window = std::max(window, s.windowBytes);
       transient[s.stage] = bound ? transientBound(*bound, s.first, s.end, s.recomputedBytes > 0) : s.transientBytes;
+      // A stage's transient counts a second output gradient for the receive
+      // posted ahead or the send still pending (Note [stage buffers],
+      // CostModel.cpp); here the action's own buffers count those.
+      if (inputBytes.count(s.stage + 1)) transient[s.stage] -= inputBytes.at(s.stage + 1);
     }
     const auto buffers = communicationBuffers(schedule, rank, part);  // Note [communication buffers]
     for (const auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
