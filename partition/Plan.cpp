@@ -236,21 +236,6 @@ void widenRankWindow(Plan& plan, const PlanSettings& st) {
   }
 }
 
-// Note [rank budget]: a rank that hosts several stages (interleaved, zbv)
-// holds them at once, and the DP checks stages one at a time: each gets an
-// equal share of the rank's budget, which always fits (the shares' bounds
-// add up to at most the budget) but counts every stage's transient memory
-// and swap window once per stage, and its peak as if the stages' peaks
-// coincided. So the planner also tries relaxed shares (up to the whole
-// budget per stage), from the most generous down, and keeps the first plan
-// whose every rank fits the budget with its stages together: the rank's
-// predicted peak (at each moment of its action order, what its stages hold
-// then, the acting stage's transient and the communication buffers, plus
-// one swap window; PlanStage::rankPeakBytes) with each transient as the
-// budget bound counts it (every freeable storage's span). It keeps that plan
-// when it is predicted faster than the equal shares' (or they do not fit).
-// Not with DistAdam over several ranks, whose step buffers the rank bound
-// leaves out.
 // The relaxed shares of a rank budget, from the most generous down.
 constexpr double kRelaxedShares[] = {2.0, 1.6, 1.35, 1.15};
 
@@ -279,7 +264,8 @@ std::optional<Plan> relaxedPlan(const PlanSettings& st, const Problem& problem, 
 // the stages together less may, so the smallest budget some relaxed share
 // meets is bisected between E / chunks and E, to 1% of E. Feasibility is
 // not monotone here (the relaxed shares move the cuts), so the budget named
-// is one that planned, not necessarily the least. Only without a swap tier:
+// is one that planned (also rounded up as named), not necessarily the least.
+// Only without a swap tier:
 // with one, every probe runs the swap knapsacks' whole DP (seconds each on
 // the quickstart), so the error names E and says that less may fit.
 template <typename PlanOf>
@@ -294,7 +280,11 @@ PlanError rankBudgetError(const PlanSettings& st, const Problem& problem, const 
     const int64_t mid = lo + (hi - lo) / 2;
     (relaxedPlan(st, problem, mid, planOf) ? hi : lo) = mid;
   }
-  if (hi >= equalBudget) return equalError;
+  // The budget as a user gives it (MiB to 1/100, rounded up, as named) must plan too.
+  const double mib = std::ceil(static_cast<double>(hi) * 100.0 / (1 << 20)) / 100.0;
+  if (hi >= equalBudget || !relaxedPlan(st, problem, static_cast<int64_t>(mib * 1024.0 * 1024.0), planOf)) {
+    return equalError;
+  }
   std::ostringstream os;
   os << "partition: no split into " << st.stages * st.chunks << " stages fits the budget of "
      << formatBytesExact(st.budgetBytes) << " per rank, with an equal share per stage or each rank's "
@@ -317,8 +307,9 @@ PlanError rankBudgetError(const PlanSettings& st, const Problem& problem, const 
 // budget bound counts it (every freeable storage's span). It keeps that plan
 // when it is predicted faster than the equal shares' (or they do not fit).
 // When nothing fits, the error names a budget that does with the stages
-// together (rankBudgetError; with the planner's own cuts and choices). Not with DistAdam over several ranks, whose
-// step buffers the rank bound leaves out.
+// together (rankBudgetError; with the planner's own cuts and choices). Not
+// with DistAdam over several ranks, whose step buffers the rank bound leaves
+// out.
 // givenCuts: the cuts are the user's (the error names the equal shares' budget then).
 template <typename PlanOf>
 Plan withRankBudget(const PlanSettings& st, const Problem& problem, bool givenCuts, PlanOf planOf) {
