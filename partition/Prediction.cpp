@@ -100,6 +100,14 @@ namespace {
 // at one moment (pipeline::rankHoldingMoments), not the sum of the stages'.
 // The stages' budget bounds (each within its share) still hold the rank's
 // peak within memory.budget_mb; this is the prediction.
+// Each stage's boundary input bytes (its previous stage's output; 0 for a
+// stage the partition does not have).
+std::function<int64_t(int)> inputBytesOf(const Partition& part) {
+  std::map<int, int64_t> bytes;
+  for (auto& s : part.stages) bytes[s.stage] = s.boundaryBytes;
+  return [bytes](int stage) { return bytes.count(stage) ? bytes.at(stage) : int64_t{0}; };
+}
+
 // Note [communication buffers]: while a rank runs an action, the receives
 // of its next compute action are already posted (pipeline::runStep posts
 // them ahead, into buffers of the boundary's size), and the sends of its
@@ -113,9 +121,7 @@ namespace {
 // have the size of the values they belong to).
 std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, int rank, const Partition& part) {
   using pipeline::ActionKind;
-  std::map<int, int64_t> inputBytes;
-  for (auto& s : part.stages) inputBytes[s.stage] = s.boundaryBytes;
-  auto bytesOf = [&](int stage) { return inputBytes.count(stage) ? inputBytes.at(stage) : int64_t{0}; };
+  const auto bytesOf = inputBytesOf(part);
   const int last = schedule.stages - 1;
   auto backward = [](const pipeline::Action& a) {
     return a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput;
@@ -151,6 +157,7 @@ std::vector<int64_t> communicationBuffers(const pipeline::Schedule& schedule, in
 // Note [rank budget], Plan.cpp).
 std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partition& part, const Problem* bound) {
   std::vector<int64_t> out;
+  const auto inputBytes = inputBytesOf(part);
   for (int rank = 0; rank < schedule.rankCount(); ++rank) {
     // A rank runs one stage's action at a time: at each moment of its order,
     // what its stages hold plus the acting stage's transient; and the largest
@@ -158,8 +165,6 @@ std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partit
     int64_t fixed = 0, window = 0, peak = 0;
     std::map<int, const StageCost*> mine;
     std::map<int, int64_t> transient;
-    std::map<int, int64_t> inputBytes;  // each stage's boundary input: the previous stage's output
-    for (auto& s : part.stages) inputBytes[s.stage] = s.boundaryBytes;
     for (auto& s : part.stages) {
       if (schedule.rankOf(s.stage) != rank) continue;
       mine[s.stage] = &s;
@@ -169,7 +174,7 @@ std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partit
       // A stage's transient counts a second output gradient for the receive
       // posted ahead or the send still pending (Note [stage buffers],
       // CostModel.cpp); here the action's own buffers count those.
-      if (inputBytes.count(s.stage + 1)) transient[s.stage] -= inputBytes.at(s.stage + 1);
+      transient[s.stage] -= inputBytes(s.stage + 1);
     }
     const auto buffers = communicationBuffers(schedule, rank, part);  // Note [communication buffers]
     for (const auto& moment : pipeline::rankHoldingMoments(schedule, rank)) {
