@@ -29,11 +29,13 @@ void Problem::validate() const {
   SLUICE_CHECK(stages >= 1 && microBatches >= 1, PlanError, "partition: stages and micro-batches must be >= 1");
   SLUICE_CHECK(budgetBytes >= 0 && unitBytes >= 0 && staticPerParamByte >= 0 && swapSecondsPerByte >= 0 && swapCpuSecondsPerByte >= 0 &&
                    p2pBandwidth >= 0 &&
-                   swapWindowBytes >= 0 && swapWindowShare >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0,
+                   swapWindowBytes >= 0 && swapWindowShare >= 0 && lossSavedBytes >= 0 && lossWorkspace >= 0 &&
+                   dataBytes >= 0,
                PlanError, "partition: negative budget, bandwidth, window or memory factor");
   for (size_t j = 0; j < n; ++j) {
     const auto& c = nodes[j];
-    SLUICE_CHECK(c.forward >= 0 && c.backward >= 0 && c.params >= 0 && c.workspace >= 0, PlanError,
+    SLUICE_CHECK(c.forward >= 0 && c.backward >= 0 && c.params >= 0 && c.workspace >= 0 && c.forwardWorkspace >= -1,
+                 PlanError,
                  "partition: node " << j << " has a negative time or size");
   }
   for (size_t s = 0; s < storages.size(); ++s) {
