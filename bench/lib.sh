@@ -4,7 +4,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$root/scripts/env.sh"
-sluice="${SLUICE_BIN:-$root/build/launcher/sluice}"  # SLUICE_BIN: another build (scripts/gpu/check.sh)
+sluice="${SLUICE_BIN:-$root/build/cli/sluice}"  # SLUICE_BIN: another build (scripts/gpu/check.sh)
 [ -x "$sluice" ] || bash "$root/scripts/build.sh" sluice
 
 # median: the median of the numbers on stdin, one per line (nothing for none).

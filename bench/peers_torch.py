@@ -17,7 +17,7 @@ zbv = ZBVZeroBubble, dualpipev = DualPipeV (2p stages in a V: rank r holds r
 and 2p - 1 - r). Stage 0 also holds the embeddings, the last stage ln_f and
 lm_head. The data: global batch G of windows of T + 1 bytes at offsets
 torch.randint(0, bytes - T - 1, (G,)) from a generator seeded with
-S * 1000003 + step (launcher/data/Dataset.h), split into M micro-batches of
+S * 1000003 + step (data/Dataset.h), split into M micro-batches of
 G / M rows in order; each micro-batch's mean cross-entropy, gradients scaled
 by 1 / M (the schedules' scale_grads), one AdamW step per global batch.
 bf16: each stage's forward under CPU autocast (bfloat16 matrix products;

@@ -28,7 +28,7 @@
 //  - no dropout of probability > 0 on p: CPU's fused kernel has no dropout, a
 //    drawing dropout keeps its own layout-independent stream, and the same
 //    decision in eval mode (train False) keeps the evaluation graph node for
-//    node the training graph (launcher/Evaluation.h).
+//    node the training graph (train/Evaluation.h).
 //
 // Why: the fused kernel reads q, k and v once per block and saves q, k, v,
 // its output and the row log-sum-exp for backward instead of the L x S

@@ -1,5 +1,5 @@
 // TraceRecorder: what a rank did and when, for the timeline trace
-// (logging.trace; merged into trace.json by launcher/Timeline.h).
+// (logging.trace; merged into trace.json by telemetry/Timeline.h).
 //
 // Streams (one row, a "thread", each in the trace viewer):
 //   compute     forward and backward of each micro-batch (pipeline::StageWorker),

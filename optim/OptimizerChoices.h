@@ -1,6 +1,6 @@
 // The optimizer's choices as typed values, each with its Choice table
 // (core/Choice.h): which optimizer, DistAdam's reduction mode, the
-// learning-rate schedule. No LibTorch here: launcher/Config.h parses the
+// learning-rate schedule. No LibTorch here: config/Config.h parses the
 // config's names into these once; optim/ and the trainer use the values.
 //
 //   auto kind = parseChoice(optimizerKinds(), "dist_adam", "optimizer");   // OptimizerKind::DistAdam

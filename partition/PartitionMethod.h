@@ -1,5 +1,5 @@
 // partition::PartitionMethod: how makePlan (Plan.h) chooses the cuts, with
-// its Choice table (core/Choice.h). No LibTorch here: launcher/Config.h
+// its Choice table (core/Choice.h). No LibTorch here: config/Config.h
 // parses pipeline.partition.method into it once.
 //   profile     the exact optimum of the cost model (Partitioner.h);
 //   uniform     equal numbers of transformer blocks per stage (Megatron's split);

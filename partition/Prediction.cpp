@@ -161,7 +161,7 @@ std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partit
   for (int rank = 0; rank < schedule.rankCount(); ++rank) {
     // A rank runs one stage's action at a time: at each moment of its order,
     // what its stages hold plus the acting stage's transient; and the largest
-    // swap window (its stages share one engine, launcher/Trainer.cpp).
+    // swap window (its stages share one engine, train/Trainer.cpp).
     int64_t fixed = 0, window = 0, peak = 0;
     std::map<int, const StageCost*> mine;
     std::map<int, int64_t> transient;

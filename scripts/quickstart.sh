@@ -7,5 +7,5 @@ bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" sluice
 source "$root/scripts/env.sh"
 cd "$root"
-build/launcher/sluice train configs/quickstart.yaml "$@"
+build/cli/sluice train configs/quickstart.yaml "$@"
 echo "metrics: runs/quickstart/metrics.jsonl"

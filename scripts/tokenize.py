@@ -1,4 +1,4 @@
-"""Tokenize a text corpus for `data.name: tokens` (launcher/data/TokenFile.h).
+"""Tokenize a text corpus for `data.name: tokens` (data/TokenFile.h).
 
     tokenize.py --input PATH [PATH ...] --out-dir DIR [--vocab-size 512]
                 [--eval-fraction 0.1] [--min-frequency 2]

@@ -11,12 +11,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 kit=$root/.gpukit
-for b in launcher/sluice tests/sluice_tests; do
+for b in cli/sluice tests/sluice_tests; do
   [ -x "$build/$b" ] || { echo "kit: $build/$b is missing: run bash scripts/build.sh sluice sluice_tests" >&2; exit 1; }
 done
 grep -qxF /.gpukit/ "$root/.git/info/exclude" 2>/dev/null || echo /.gpukit/ >>"$root/.git/info/exclude"
 rm -rf "$kit" && mkdir -p "$kit/bin"
-cp "$build/launcher/sluice" "$build/tests/sluice_tests" "$kit/bin/"
+cp "$build/cli/sluice" "$build/tests/sluice_tests" "$kit/bin/"
 # Every shared library the binaries, Open MPI's launcher and daemons and
 # their plugins load, by owning Debian package.
 objects=("$kit/bin/sluice" "$kit/bin/sluice_tests" /usr/bin/orted /usr/bin/orterun

@@ -8,7 +8,7 @@
 # for the full disk, nothing left half-written).
 source "$(dirname "$0")/lib.sh"
 # The messages of every config, command-line, hostfile and output check are
-# unit cases (tests/launcher/ConfigTest.cpp's MalformedConfig rows,
+# unit cases (tests/config/ConfigTest.cpp's MalformedConfig rows,
 # CommandLineTest.cpp, ModelSetupTest.cpp); here, what needs the real binary:
 # exit 2 with the message printed and nothing written, errors raised on the
 # ranks (mpirun), a FIFO as the config (no hang), `sluice launch`, a held

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Failures on real ranks (2-stage jobs under `sluice train`, faults injected
-# with SLUICE_FAULT, see launcher/Faults.h) end the job with the failing rank's
+# with SLUICE_FAULT, see launch/Faults.h) end the job with the failing rank's
 # message, a non-zero exit and no rank left behind; a stuck rank is named by
 # the watchdog; the NaN policy drops or stops; a rank that throws or stops
 # inside the profile's collectives (`sluice profile` and training's start-up)
@@ -120,7 +120,7 @@ grep -q "raise cluster.init_timeout_s if such waits are expected" "$TMP/train_pr
 
 # Note [no orphans] (issue 53): after SIGKILL of `sluice train`, no rank writes anything more and none lives on.
 # Once the killed launcher is reaped (its death complete), the checkpoints and metrics must stay as they are while
-# the ranks end (launcher/LauncherWatch.h: each ends the moment the launcher does); then the job resumes. (That a
+# the ranks end (launch/LauncherWatch.h: each ends the moment the launcher does); then the job resumes. (That a
 # job started meanwhile waits for the last old rank to exit has its own test with processes held alive,
 # LauncherWatch.*: here mpirun's teardown ends the ranks too.)
 orphan_args=("${SMALL[@]}" "${planned[@]}" --set logging.interval=2 --set checkpoint.interval=3

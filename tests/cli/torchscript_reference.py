@@ -8,7 +8,7 @@ or, several references in one process (a torch import is 2-4 s), from Python:
 
 Trains the TorchScript module at M.pt (with --hf: the Hugging Face model in
 directory M, models/export_hf.py) with torch.optim.AdamW on the batches
-Sluice's datasets define (launcher/data/Dataset.h, FashionMnist.h):
+Sluice's datasets define (data/Dataset.h, FashionMnist.h):
 - text: the window offsets of step s are torch.randint(0, bytes - T - 1, (G,))
   from a CPU generator seeded with S * 1000003 + s;
 - fashion_mnist: pixels / 255 normalised with (0.2860, 0.3530); global sample

@@ -3,7 +3,10 @@
 
 1. Includes: every `#include "folder/..."` in a source folder follows the
    dependency table in docs/architecture.md ("## Folders and dependencies":
-   one row per CMake target, `| `unit` | files | may include |`).
+   one row per CMake target, `| `unit` | files | may include |`); every
+   source folder is in the table (SOURCE_FOLDERS lists them, so a new folder
+   without a row fails); and the table is a hierarchy: each row may include
+   only rows above it, so no include cycle and no upward include can exist.
 2. Sizes: no source file over MAX_FILE_LINES lines, no function over
    MAX_FUNCTION_LINES lines (counted by lizard, a C++-aware code analyser
    from PyPI that scripts/setup.sh installs).
@@ -28,7 +31,8 @@ MAX_FUNCTION_LINES = 80
 KNOWN_LONG_FILES = set()
 KNOWN_LONG_FUNCTIONS = set()
 
-SOURCE_FOLDERS = ["core", "memory", "optim", "pipeline", "partition", "models", "launcher"]
+SOURCE_FOLDERS = ["core", "memory", "optim", "pipeline", "partition", "models", "data", "config", "launch", "telemetry",
+                  "checkpoint", "train", "cli"]
 
 
 def read_table(source):
@@ -51,6 +55,22 @@ def read_table(source):
     if not units:
         sys.exit(f"{path}: the dependency table has no rows")
     return units
+
+
+def check_table(units, findings):
+    """Each unit may include only units listed above it: rows in dependency order, no cycle."""
+    seen = []
+    for name, (_, allowed) in units.items():
+        for dep in sorted(allowed):
+            if dep not in units:
+                findings.append(f"docs/architecture.md: {name} may include {dep}, which has no row")
+            elif dep not in seen:
+                findings.append(f"docs/architecture.md: {name} may include {dep}, a unit below it in the table "
+                                f"(an upward include, or a cycle)")
+        seen.append(name)
+    for folder in SOURCE_FOLDERS:
+        if not any(p == folder + "/" or p.startswith(folder + "/") for pats, _ in units.values() for p in pats):
+            findings.append(f"{folder}/: a source folder with no row in docs/architecture.md's dependency table")
 
 
 def unit_of(units, rel):
@@ -142,6 +162,7 @@ def main():
     source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     units = read_table(source)
     findings = []
+    check_table(units, findings)
     check_includes(source, units, findings)
     check_sizes(source, findings)
     check_test_ranks(source, findings)

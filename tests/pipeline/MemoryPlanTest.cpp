@@ -135,7 +135,7 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
   auto links = pipeline::boundaryCommunicators(comm, plan);
   std::vector<std::unique_ptr<pipeline::StageWorker>> mine;
   std::vector<pipeline::StageWorker*> raw;
-  // Several stages per rank swap through one engine, as training runs them (launcher/Trainer.cpp).
+  // Several stages per rank swap through one engine, as training runs them (train/Trainer.cpp).
   std::shared_ptr<memory::SwapEngine> rankEngine;
   if (chunks > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device, memory::defaultSwapDir()), 1 << 14);
   for (int s : plan.placement().stagesOf(comm.rank())) {

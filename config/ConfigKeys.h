@@ -1,0 +1,210 @@
+// Internal to config/Config.cpp: every config key, spelled once.
+//
+// visitKeys walks the sections and keys of a Config in one order. Reading a
+// YAML file (Config.cpp's KeyReader: unknown keys refused, each value's type
+// checked), writing config.resolved.yaml (KeyWriter) and the list of keys
+// (configKeys(), which README.md's key table is checked against) are three
+// visitors of this one list; validation of the values is apart
+// (ConfigValidate.cpp). A visitor V has:
+//   v.section(name, f)            f(sub) visits the keys of section `name`
+//   v.key(name, field, shown)     a value; `shown`: written to
+//                                 config.resolved.yaml (the keys that apply
+//                                 to this model), always read
+//   v.choice(name, field, nameOf, parse)   a typed choice read by name
+//   v.choice(name, field, table, what)     the same from a Choice table (core/Choice.h)
+//   v.derive(f)                   a default that depends on keys read before
+//                                 it (run when reading only)
+// Adding a key: one line here, its field in Config.h, its check in
+// ConfigValidate.cpp and its row in README.md's key table.
+#pragma once
+
+#include <optional>
+
+#include "core/CommBackendKind.h"
+#include "core/DeviceKind.h"
+#include "core/TransferGuard.h"
+#include "config/Config.h"
+
+namespace sluice {
+
+template <class S>
+void jobKeys(S& s, Config& c) {
+  s.key("name", c.job.name);
+  s.key("output_dir", c.job.outputDir);
+  s.key("overwrite", c.job.overwrite);
+  s.key("seed", c.job.seed);
+  s.key("threads_per_rank", c.job.threadsPerRank);
+  s.choice("device", c.job.device, deviceKindName, parseDeviceKind);
+  s.choice(
+      "backend", c.job.backend,
+      [](const std::optional<CommBackendKind>& b) { return b ? commBackendName(*b) : "auto"; },
+      [](const std::string& name) -> std::optional<CommBackendKind> {
+        if (name == "auto") return std::nullopt;
+        try {
+          return parseCommBackend(name);
+        } catch (const ConfigError&) {
+          throw ConfigError("unknown backend '" + name + "' (expected auto | mpi | nccl)");
+        }
+      });
+}
+
+template <class S>
+void modelKeys(S& s, Config& c) {
+  auto& m = c.model;
+  s.choice("name", m.kind, modelChoices(), "model");
+  const bool gptLike = isLanguageModel(m.kind), cnn = m.kind == ModelKind::Cnn, llama = m.kind == ModelKind::Llama;
+  const bool torchscript = m.kind == ModelKind::TorchScript, mlp = m.kind == ModelKind::Mlp;
+  const bool exported = m.kind == ModelKind::Exported;
+  s.key("vocab_size", m.vocabSize, gptLike);
+  s.key("block_size", m.blockSize, gptLike);
+  s.key("layers", m.layers, gptLike);
+  s.key("heads", m.heads, gptLike);
+  s.key("embd", m.embd, gptLike);
+  s.key("dropout", m.dropout, gptLike);
+  s.derive([&] { m.attnDropout = m.dropout; });
+  s.key("attn_dropout", m.attnDropout, gptLike);
+  s.key("fuse_attention", m.fuseAttention);
+  s.derive([&] { m.tieEmbeddings = llama; });
+  s.key("tie_embeddings", m.tieEmbeddings, gptLike);
+  s.key("kv_heads", m.kvHeads, llama);
+  s.key("ffn_hidden", m.ffnHidden, llama);
+  s.key("input_dim", m.inputDim, mlp);
+  s.key("hidden", m.hidden, mlp);
+  s.key("mlp_layers", m.mlpLayers, mlp);
+  s.key("classes", m.classes, mlp || cnn);
+  s.key("channels", m.channels, cnn);
+  s.key("path", m.path, torchscript || exported);
+  s.key("loss", m.loss, torchscript);
+  s.key("inputs", m.inputs, torchscript);
+  s.key("targets", m.targets, torchscript);
+  s.key("weights", m.weights, !m.weights.empty());
+}
+
+template <class S>
+void dataKeys(S& s, Config& c) {
+  s.choice("name", c.data.kind, dataChoices(), "data");
+  const bool images = c.data.kind == DataKind::FashionMnist, tokens = c.data.kind == DataKind::Tokens;
+  s.key("path", c.data.path, c.data.kind != DataKind::Synthetic);
+  s.key("eval_split", c.data.evalSplit, images);
+  s.key("eval_path", c.data.evalPath, tokens);
+  s.key("token_dtype", c.data.tokenDtype, tokens);
+}
+
+template <class S>
+void trainingKeys(S& s, Config& c) {
+  auto& t = c.training;
+  s.key("steps", t.steps);
+  s.key("global_batch_size", t.globalBatchSize);
+  s.key("micro_batch_size", t.microBatchSize);
+  s.choice("nan_policy", t.nanPolicy, nanPolicyChoices(), "nan policy");
+  s.choice("precision", t.precision, precisionChoices(), "precision");
+  s.key("loss_scale", t.lossScale);
+  s.key("loss_scale_window", t.lossScaleWindow);
+  s.key("eval_interval", t.evalInterval);
+  s.key("eval_samples", t.evalSamples);
+}
+
+template <class S>
+void pipelineKeys(S& s, Config& c) {
+  auto& p = c.pipeline;
+  s.key("stages", p.stages);
+  s.key("schedule", p.schedule);
+  s.key("chunks", p.chunks);
+  s.key("fit_schedule", p.fitSchedule);
+  s.key("microbatches", p.microbatches);
+  s.key("data_parallel", p.dataParallel);
+  s.key("cuts", p.cuts);
+  s.choice("execution", p.execution, executionChoices(), "execution");
+  s.choice("boundary_dtype", p.boundaryDtype, boundaryDtypeChoices(), "boundary dtype");
+  s.key("plan", p.plan);
+  s.key("profile", p.profile);
+  s.section("partition", [&](auto& sub) {
+    sub.choice("method", p.partitionMethod, partition::partitionMethods(), "partition method");
+    sub.key("min_op_level_gain", p.minOpLevelGain);
+  });
+}
+
+template <class S>
+void memoryKeys(S& s, Config& c) {
+  auto& m = c.memory;
+  s.key("budget_mb", m.budgetMb);
+  s.choice("policy", m.policy, memory::memoryPolicies(), "memory policy");
+  s.key("swap", m.swap);
+  s.key("swap_dir", m.swapDir);
+  s.key("swap_window_mb", m.swapWindowMb);
+  s.key("hard_limit", m.hardLimit);
+}
+
+template <class S>
+void optimizerKeys(S& s, Config& c) {
+  auto& o = c.optimizer;
+  s.choice("name", o.name, optim::optimizerKinds(), "optimizer");
+  s.key("lr", o.lr);
+  s.key("beta1", o.beta1);
+  s.key("beta2", o.beta2);
+  s.key("eps", o.eps);
+  s.key("weight_decay", o.weightDecay);
+  s.key("clip_grad_norm", o.clipGradNorm);
+  s.choice("schedule", o.schedule, optim::lrScheduleKinds(), "learning-rate schedule");
+  s.key("warmup_steps", o.warmupSteps);
+  s.key("min_lr", o.minLr);
+  s.section("dist_adam", [&](auto& sub) {
+    sub.choice("mode", o.distAdamMode, optim::distAdamModes(), "DistAdam mode");
+    sub.key("bucket_mb", o.distAdamBucketMb);
+  });
+}
+
+template <class S>
+void loggingKeys(S& s, Config& c) {
+  auto& l = c.logging;
+  s.key("interval", l.interval);
+  s.key("measure_memory", l.measureMemory);
+  s.key("trace", l.trace);
+  s.key("trace_steps", l.traceSteps);
+  s.key("trace_ops", l.traceOps);
+  s.key("tensorboard", l.tensorboard);
+  s.choice("transfer_guard", l.transferGuard, transferGuardModeName, parseTransferGuardMode);
+}
+
+template <class S>
+void checkpointKeys(S& s, Config& c) {
+  s.key("dir", c.checkpoint.dir);
+  s.key("interval", c.checkpoint.interval);
+  s.key("keep_latest_k", c.checkpoint.keepLatestK);
+  s.key("resume", c.checkpoint.resume);
+}
+
+template <class S>
+void clusterKeys(S& s, Config& c) {
+  auto& k = c.cluster;
+  s.key("timeout_s", k.timeoutS);
+  s.key("init_timeout_s", k.initTimeoutS);
+  s.key("max_restarts", k.maxRestarts);
+  s.key("hostfile", k.hostfile);
+  s.key("launcher", k.launcher);
+  s.key("interface", k.interface);
+  s.key("rsh_agent", k.rshAgent);
+  s.key("extra_mpirun_args", k.extraMpirunArgs);
+  s.key("env", k.env);
+  s.key("nodes", k.nodes);
+  s.key("master_port", k.masterPort);
+}
+
+template <class V>
+void visitKeys(V& root, Config& c) {
+  root.section("job", [&](auto& s) { jobKeys(s, c); });
+  root.section("model", [&](auto& s) { modelKeys(s, c); });
+  root.section("data", [&](auto& s) { dataKeys(s, c); });
+  root.section("training", [&](auto& s) { trainingKeys(s, c); });
+  root.section("pipeline", [&](auto& s) { pipelineKeys(s, c); });
+  root.section("memory", [&](auto& s) { memoryKeys(s, c); });
+  root.section("optimizer", [&](auto& s) { optimizerKeys(s, c); });
+  root.section("logging", [&](auto& s) { loggingKeys(s, c); });
+  root.section("checkpoint", [&](auto& s) { checkpointKeys(s, c); });
+  root.section("cluster", [&](auto& s) { clusterKeys(s, c); });
+}
+
+// The values' checks and derived defaults (ConfigValidate.cpp).
+void validateConfig(Config& c);
+
+}  // namespace sluice

@@ -1,0 +1,218 @@
+#include "train/Planning.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include "core/Capture.h"
+#include "core/Error.h"
+#include "core/Log.h"
+#include "launch/Faults.h"
+#include "memory/SwapTier.h"
+#include "partition/Profiler.h"
+#include "partition/Refill.h"
+#include "pipeline/Schedule.h"
+#include "pipeline/ScheduleKinds.h"
+
+namespace sluice {
+
+partition::Profile profileModel(const Config& c, const ModelSetup& setup, const OpGraph& graph,
+                                const Communicator& comm) {
+  KeepBuffers keep(*setup.module);  // profiling runs forward many times
+  auto batch = setup.dataset->batch(0, c.training.microBatchSize);
+  batch.input = batch.input.to(setup.device);  // profiled where the job runs
+  batch.target = batch.target.to(setup.device);
+  auto inputs = graphInputs(graph, *setup.module, setup.dataInputs(batch));
+  log::info("profiling " + std::to_string(graph.numNodes()) + " nodes at micro-batch size " +
+            std::to_string(c.training.microBatchSize) + " ...");
+  auto target = batch.target;
+  auto loss = setup.loss;
+  auto lossOfOutput = [&](const torch::Tensor& out) { return loss(out, target); };
+  partition::ProfileOptions options;
+  options.loss = lossOfOutput;  // its times come from the whole passes, like the nodes'
+  options.startTogether = [&comm] { comm.barrier(); };
+  auto profile = partition::profileGraph(graph, inputs, options);
+  partition::averageOverRanks(profile, comm);  // the refill pieces come from the node times: the same on every rank
+  // Note [refill after a wait] (partition/Refill.h): what a stage's work loses when its rank waited.
+  faults::inProfile(comm.rank());  // tests/cli/faults.sh: a failure here must end every rank
+  if (setup.device.is_cpu()) {
+    log::info("profile: timing forwards and backwards right after a wait ...");
+    profile.refill = partition::measureRefill(graph, inputs, profile, comm);
+    log::info("profile: refill " + profile.refill.describe());
+  } else {
+    // The refill is a CPU core's: its caches taken by the other rank while it
+    // waited. A GPU's kernels do not run on the waiting host thread's core.
+    log::info("profile: no refill after waits on " + setup.device.str());
+  }
+  torch::Tensor output;
+  {
+    torch::NoGradGuard noGrad;
+    output = setup.forward(setup.dataInputs(batch));
+  }
+  // The loss alone: its saved bytes and workspace (from its first run), and
+  // its times only if the passes did not time it.
+  auto lp = partition::profileLoss(lossOfOutput, output,
+                                   options.inContext ? partition::ProfileOptions{0, 1} : partition::ProfileOptions{});
+  if (!options.inContext) {
+    profile.lossForwardSeconds = lp.forwardSeconds;
+    profile.lossBackwardSeconds = lp.backwardSeconds;
+  }
+  profile.lossSavedBytes = lp.savedBytes;
+  profile.lossWorkspaceBytes = lp.workspaceBytes;
+  profile.microBatchSize = static_cast<int>(c.training.microBatchSize);
+  profile.dataBytes = static_cast<int64_t>(batch.input.nbytes() + batch.target.nbytes());
+  return profile;
+}
+
+int64_t swapWindowBytes(const Config& c) {
+  const double mb = c.memory.swapWindowMb > 0 ? c.memory.swapWindowMb : c.memory.budgetMb > 0 ? c.memory.budgetMb / 8 : 64;
+  return static_cast<int64_t>(mb * 1024.0 * 1024.0);
+}
+
+std::string swapDir(const Config& c) { return c.memory.swapDir.empty() ? memory::defaultSwapDir() : c.memory.swapDir; }
+
+memory::MemoryPlan memoryPlanFor(const partition::Plan& plan, int stage, const Config& c) {
+  memory::MemoryPlan out;
+  out.swapWindowBytes = plan.swapWindowBytes > 0 ? plan.swapWindowBytes : swapWindowBytes(c);
+  for (auto& d : plan.stageDecisions(stage)) {
+    memory::StorageDecision s;
+    s.key = {d.node, d.slot};
+    s.action = d.action;  // the same enum (partition::Action is memory::TensorAction)
+    s.segment = d.segment;
+    s.bytes = d.bytes;
+    out.decisions.push_back(std::move(s));
+  }
+  return out;
+}
+
+partition::PlanSettings planSettings(const Config& c) {
+  partition::PlanSettings s;
+  s.method = c.pipeline.partitionMethod;
+  s.minOpLevelGain = c.pipeline.minOpLevelGain;
+  s.stages = c.pipeline.stages;
+  s.microBatches = c.pipeline.microbatches;
+  s.schedule = c.pipeline.schedule;
+  s.chunks = c.pipeline.chunks;
+  s.fitSchedule = c.pipeline.fitSchedule;
+  s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
+  s.dataParallel = c.pipeline.dataParallel;
+  s.distAdam = c.optimizer.name == optim::OptimizerKind::DistAdam && c.optimizer.distAdamMode != optim::DistAdamMode::AllReduce;
+  s.distAdamBucketBytes = static_cast<int64_t>(c.optimizer.distAdamBucketMb * 1048576.0);
+  s.policy = c.memory.policy;
+  s.swap = c.memory.swap;
+  // memory.swap_window_mb, or (0) an eighth of the budget, whatever the budget becomes.
+  s.swapWindowBytes = c.memory.swapWindowMb > 0 ? static_cast<int64_t>(c.memory.swapWindowMb * 1048576.0) : 0;
+  s.swapWindowShare = c.memory.swapWindowMb > 0 ? 0.0 : 0.125;
+  return s;
+}
+
+std::vector<std::string> autoCandidates(int stages, int chunks, int cuts) {
+  // Interleaved ones where the config allows them (pipeline.chunks > 1,
+  // Config.h) and the cuts, if given, are for them.
+  const bool cutsForInterleaved = cuts == 0 || cuts == stages * chunks - 1;
+  std::vector<const pipeline::ScheduleKind*> kinds;
+  for (auto& k : pipeline::scheduleKinds()) {
+    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
+      kinds.push_back(&k);
+    }
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
+  std::vector<std::string> out;
+  for (auto* k : kinds) out.push_back(k->name);
+  return out;
+}
+
+partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
+                            const std::vector<int>& cuts, std::string* why) {
+  const int chunks = settings.chunks;
+  auto plan = [&](const std::string& schedule) {
+    settings.schedule = schedule;
+    settings.chunks = pipeline::interleavesStages(schedule) ? chunks : 1;
+    return cuts.empty() ? partition::makePlan(graph, profile, settings)
+                        : partition::planForCuts(graph, profile, settings, cuts);
+  };
+  if (settings.schedule != "auto") return plan(settings.schedule);
+  const auto candidates = autoCandidates(settings.stages, chunks, static_cast<int>(cuts.size()));
+  std::optional<partition::Plan> best;
+  std::ostringstream report, failures;
+  report.precision(1);
+  report << std::fixed;
+  for (auto& name : candidates) {
+    try {
+      auto p = plan(name);
+      report << (report.tellp() > 0 ? ", " : "") << pipeline::scheduleLabel(name, chunks)
+             << " " << p.stepTime * 1e3 << " ms";
+      if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
+    } catch (const PlanError& e) {
+      report << (report.tellp() > 0 ? ", " : "") << name << " does not fit";
+      failures << "\n  " << name << ": " << e.what();
+    }
+  }
+  if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
+  if (why) {
+    *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
+           "; zb-h1, interleaved-zb and zbv with the profiled weight-gradient share of each stage's backward)";
+  }
+  return std::move(*best);
+}
+
+std::string scheduleOf(const Config& c, const partition::Plan* plan) {
+  if (c.pipeline.schedule != "auto") return c.pipeline.schedule;
+  return plan ? plan->schedule : "1f1b";
+}
+
+int chunksOf(const Config& c, const partition::Plan* plan) {
+  if (c.pipeline.schedule != "auto") return c.pipeline.chunks;
+  return plan ? plan->chunks : 1;
+}
+
+partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGraph& graph, const Communicator& world,
+                           const std::string& scratchDir) {
+  if (!c.pipeline.plan.empty()) {
+    auto plan = partition::Plan::load(c.pipeline.plan);
+    // A plan file decides the schedule under auto (its own); else it must be for the configured one.
+    const int chunks = c.pipeline.schedule == "auto" ? plan.chunks : c.pipeline.chunks;
+    plan.checkMatches(graph, c.pipeline.stages * chunks, c.pipeline.plan);
+    return plan;
+  }
+  partition::Profile profile;
+  if (c.pipeline.profile.empty()) {
+    // Collective: ranks 0 and 1 time p2p; rank 0 times the swap tier where swaps would go.
+    auto machine = partition::measureMachine(world, c.memory.swap ? scratchDir : std::string());
+    // Every rank profiles at once (the machine loaded as in training); rank 0
+    // plans with the averaged times.
+    profile = profileModel(c, setup, graph, world);
+    profile.machine = machine;
+  }
+  // A failure on rank 0 (the plan, or reading pipeline.profile) reaches every rank in the bytes.
+  std::string bytes, failure;
+  if (world.rank() == 0) {
+    try {
+      if (!c.pipeline.profile.empty()) {
+        profile = partition::Profile::load(c.pipeline.profile, graph.hash());
+        log::info("plan: from the profile " + c.pipeline.profile + " (pipeline.profile; not profiled again)");
+      }
+      auto settings = planSettings(c);
+      std::string why;
+      bytes = makePlanFor(graph, profile, settings, c.pipeline.cuts, &why).toBytes();
+      if (!why.empty()) log::info(why);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  auto send = [&](std::string& s) {
+    auto size = torch::tensor({static_cast<int64_t>(s.size())}, torch::kInt64);
+    world.broadcast(size, 0);
+    auto buf = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
+    if (world.rank() == 0) std::memcpy(buf.data_ptr(), s.data(), s.size());
+    world.broadcast(buf, 0);
+    s.assign(static_cast<const char*>(buf.data_ptr()), static_cast<size_t>(buf.numel()));
+  };
+  send(failure);
+  if (!failure.empty()) throw PlanError(failure);
+  send(bytes);
+  return partition::Plan::fromBytes(bytes, "from rank 0");
+}
+
+}  // namespace sluice

@@ -1,0 +1,564 @@
+#include "train/Trainer.h"
+
+#include <ATen/Parallel.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "core/Bytes.h"
+#include "core/Capture.h"
+#include "core/DeviceTrace.h"
+#include "core/Error.h"
+#include "core/Files.h"
+#include "core/HostSync.h"
+#include "core/Log.h"
+#include "core/SystemInfo.h"
+#include "core/TensorFile.h"
+#include "core/Tensors.h"
+#include "train/Evaluation.h"
+#include "launch/Faults.h"
+#include "train/Planning.h"
+#include "telemetry/Timeline.h"
+#include "core/Device.h"
+#include "core/TransferGuard.h"
+#include "memory/CountingAllocator.h"
+#include "memory/DeviceMemory.h"
+#include "memory/SwapTier.h"
+#include "models/TorchScript.h"
+#include "optim/TrainingOptimizer.h"
+#include "optim/GradClip.h"
+#include "optim/OptimizerState.h"
+#include "partition/Timing.h"
+
+namespace sluice {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Does some stage of this rank carry out a memory plan?
+bool hasMemoryPlan(const pipeline::RankWorker& worker) {
+  for (size_t i = 0; i < worker.size(); ++i) {
+    if (worker.stage(i).memory()) return true;
+  }
+  return false;
+}
+
+// job.backend for this job's GPU tensors; collective over the world (every
+// rank learns whether some host runs more ranks than it has GPUs).
+CommBackendKind deviceBackendFor(const Config& c, const RankPlace& place, const Communicator& world) {
+  auto shared = torch::tensor({place.localSize > cudaDevices() ? int64_t{1} : int64_t{0}});
+  world.allReduce(shared, ReduceOp::Max);
+  return chooseDeviceBackend(c.job.backend, shared.item<int64_t>() != 0);
+}
+
+// The step this rank is in, for the fault-injection hook.
+thread_local int64_t currentStep = 0;
+
+}  // namespace
+
+Trainer::Trainer(Config config) : c_(std::move(config)) {}
+
+Trainer::~Trainer() {
+  try {
+    memory::setDeviceAllocationLimit(device_, 0, "");
+  } catch (...) {
+  }
+}
+
+void Trainer::run() {
+  setUp();
+  plan();
+  buildStage();
+  restore();
+  train();
+  report();
+}
+
+namespace {
+
+std::atomic<bool> stopAsked{false};
+void onStop(int) { stopAsked = true; }
+std::atomic<bool> reportAsked{false};
+void onReport(int) { reportAsked = true; }
+
+}  // namespace
+
+void installStopHandlers() {
+  // Note [stopping]: mpirun and srun forward SIGUSR1; SIGTERM is their own way
+  // to end a job (srun --kill-on-bad-exit sends it when a task dies, and waits
+  // KillWait, 30 s by default, before SIGKILL), so it stays fatal under a
+  // launcher and asks to stop only in a process started alone. `sluice train`
+  // and `sluice launch` turn a SIGTERM they get into SIGUSR1 for the ranks.
+  std::signal(SIGUSR1, onStop);
+  std::signal(SIGUSR2, onReport);  // print the metrics report and go on
+  if (!Communicator::launchedByMpi() && !std::getenv("SLURM_PROCID")) {
+    std::signal(SIGTERM, onStop);
+    std::signal(SIGINT, onStop);  // Ctrl-C stops like SIGTERM (Note [no orphans], Supervisor.cpp)
+  }
+}
+
+void Trainer::setUp() {
+  memory::installCountingAllocator();
+  Communicator::setWaitTimeout(c_.cluster.initTimeoutS, "cluster.init_timeout_s");
+  installStopHandlers();
+  // Note [malloc churn]: LibTorch's CPU allocator is plain malloc, and glibc
+  // maps every block above 128 KiB freshly (zero-filled page by page) and
+  // unmaps it on free. Activations, gradients and swap buffers are exactly
+  // such blocks, allocated and freed every micro-batch: keeping them in the
+  // heap instead made swapping steps about 20% faster on 2 cores (bench/memory).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  world_ = Communicator::world();
+  rank_ = world_.rank();
+  log::setRank(world_.size() > 1 ? rank_ : -1);
+  SLUICE_CHECK(world_.size() == c_.worldSize(), ConfigError,
+               "config error: the job needs pipeline.stages (" << c_.pipeline.stages << ") x pipeline.data_parallel ("
+                   << c_.pipeline.dataParallel << ") = " << c_.worldSize() << " ranks but MPI started "
+                   << world_.size());
+  place_ = discoverPlace(world_);
+  exportTorchrunNames(place_, c_.cluster.masterPort);
+  if (place_.nodes > 1) log::setHost(place_.host);
+  threads_ = threadsForRank(c_, hardwareCores(), place_.localSize);
+  at::set_num_threads(threads_);
+  // This rank's device (job.device): the model is built from the seed on the
+  // host (the same weights everywhere), then moved there and captured there.
+  device_ = rankDevice(c_.job.device, place_.localRank);
+  useDevice(device_);
+  if (device_.is_cuda()) {
+    if (rank_ == 0) {
+      log::info("device: " + device_.str() + " (job.device cuda; precision " +
+                choiceName(precisionChoices(), c_.training.precision) + ")");
+    }
+    transfers::setMode(c_.logging.transferGuard);
+    // The hook boxes every op's arguments on the host (GPU-SUSPECTS, suspect
+    // 4): with the guard off there is nothing to watch, so nothing is installed.
+    if (c_.logging.transferGuard != TransferGuardMode::Off) transfers::installHook();
+    // Exact first (the correctness contract): on a GPU some backward kernels add
+    // with atomics in any order (embedding's, index_add's); their
+    // deterministic variants make runs and layouts comparable bitwise.
+    // cuBLAS is deterministic on one stream; the workspace setting keeps it
+    // so and silences PyTorch's warning. warn_only: an op without a
+    // deterministic kernel still runs, with PyTorch's warning naming it.
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    // Note [uninitialized fill]: deterministic mode also makes PyTorch fill
+    // every new CUDA allocation (empty, clone, contiguous, casts) with NaN, a
+    // kernel per allocation that only matters to an op that reads memory it
+    // never wrote. Sluice's ops write what they allocate, so the fill is off;
+    // SLUICE_FILL_UNINITIALIZED=1 turns it back on (to compare, or to hunt
+    // such a read).
+    const char* fill = std::getenv("SLUICE_FILL_UNINITIALIZED");
+    at::globalContext().setDeterministicFillUninitializedMemory(fill && std::string(fill) == "1");
+  }
+  setup_ = makeModelSetup(c_);
+  {
+    TransferScope scope(TransferScope::Kind::Setup);
+    setup_.toDevice(device_);
+    graph_.emplace(setup_.capture(c_.training.microBatchSize));
+  }
+  if (rank_ == 0 && graph_->fusedAttentions() > 0)
+    log::info("capture: " + std::to_string(graph_->fusedAttentions()) +
+              " causal attentions fused into scaled_dot_product_attention (Note [attention fusion])");
+  // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
+  // replica's stages are a pipeline communicator (rank == stage); each stage's
+  // replicas are a data-parallel communicator for DistAdam.
+  stageIndex_ = rank_ % c_.pipeline.stages;
+  dpRank_ = rank_ / c_.pipeline.stages;
+}
+
+void Trainer::plan() {
+  const auto& m = c_.memory;
+  cuts_ = c_.pipeline.cuts;
+  // A plan decides the split (without cuts) and what is kept; a memory plan
+  // is needed for a budget under policy plan, and for full_recompute.
+  const bool memoryDecisions = m.policy == memory::MemoryPolicy::FullRecompute ||
+                               (m.policy == memory::MemoryPolicy::Plan && m.budgetMb > 0);
+  const bool split = c_.pipeline.stages > 1 && cuts_.empty();  // (cuts are for every stage of every rank)
+  // Resuming: the checkpoint is checked now (the same model), before any work.
+  if (const auto dir = resumeDirectory(c_); !dir.empty()) {
+    CheckpointLayout current;
+    current.model = modelFields(c_);
+    resume_ = openCheckpoint(dir, current);
+    SLUICE_CHECK(resume_->step <= c_.training.steps, ConfigError,
+                 "config error: checkpoint " << dir << " is at step " << resume_->step << ", past training.steps ("
+                                             << c_.training.steps << "); raise training.steps to train further");
+  }
+  // A profile given is planned from (the report then has the predictions), even where nothing must be decided.
+  if (!c_.pipeline.plan.empty() || !c_.pipeline.profile.empty() || split || memoryDecisions) {
+    plan_ = planOfCheckpoint();
+    if (!plan_) plan_ = planForJob(c_, setup_, *graph_, world_, swapDir(c_));
+    cuts_ = plan_->cuts();
+    // A swap directory that cannot be used fails here on every rank (the plan
+    // is the same everywhere), before any output is written.
+    bool swaps = false;
+    for (auto& d : plan_->decisions) swaps = swaps || d.action == partition::Action::Swap;
+    if (swaps) memory::checkSwapDir(swapDir(c_));
+  }
+  chunks_ = chunksOf(c_, plan_ ? &*plan_ : nullptr);
+  auto stages = splitGraph(*graph_, cuts_);
+  SLUICE_CHECK(static_cast<int>(stages.size()) == c_.pipeline.stages * chunks_, ConfigError,
+               "config error: the split has " << stages.size() << " stages but the job runs pipeline.stages ("
+                                              << c_.pipeline.stages << ") x " << chunks_ << " per rank");
+  std::set<std::string> named;
+  placement_ = pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr), c_.pipeline.stages, chunks_);
+  for (int s : placement_.stagesOf(stageIndex_)) {
+    stages_.push_back(stages[s]);
+    memoryPlans_.push_back(plan_ ? memoryPlanFor(*plan_, static_cast<int>(s), c_) : memory::MemoryPlan{});
+    for (auto& name : stages[s].paramInputs) {
+      if (named.insert(name).second) paramNames_.push_back(name);
+    }
+  }
+  trainableAndTied(stages);
+  if (c_.training.precision == Precision::Fp16) lossScaler_.emplace(c_.training.lossScale, c_.training.lossScaleWindow);
+  SLUICE_CHECK(tiedRanks_.empty() || c_.optimizer.name != optim::OptimizerKind::DistAdam ||
+                   c_.optimizer.distAdamMode != optim::DistAdamMode::Hooks,
+               ConfigError,
+               "config error: " << tiedRanks_.front().first << " is read by stages on several pipeline ranks (tied "
+                                << "weights); its gradient is summed over them before the update, which DistAdam's "
+                                << "hooks mode would reduce before: use optimizer.dist_adam.mode after_backward or "
+                                << "allreduce, or cuts that keep its readers on one stage");
+  // This rank's part of the checkpoint is read (and its checksums checked) now, before any output is written.
+  if (resume_) {
+    resumeSameLayout_ = resume_->layout == layout();
+    // A buffer the model derives and the checkpoint lacks keeps the model's own value.
+    restored_ = loadCheckpoint(*resume_, withoutDerivedBuffers(*resume_, paramNames_, *setup_.module),
+                               trainableNames_, rank_, resumeSameLayout_);
+  }
+}
+
+// The trainable parameters of this rank's stages, the tied ones of the job,
+// and (optimizer.clip_grad_norm) each one's entry in the job's norm vector.
+void Trainer::trainableAndTied(const std::vector<StageGraph>& stages) {
+  for (auto& name : paramNames_) {
+    if (setup_.tensorsByName({name})[0].requires_grad()) trainableNames_.push_back(name);
+  }
+  // Note [tied parameters] (Trainer.h): the same on every rank (every rank splits the whole graph).
+  std::map<std::string, std::set<int>> holders;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (auto& name : stages[s].paramInputs) holders[name].insert(placement_.rankOf(static_cast<int>(s)));
+  }
+  for (auto& [name, ranks] : holders) {
+    if (ranks.size() > 1 && setup_.tensorsByName({name})[0].requires_grad()) {
+      tiedRanks_.push_back({name, std::vector<int>(ranks.begin(), ranks.end())});
+    }
+  }
+  // optimizer.clip_grad_norm: each trainable parameter's entry in the job's
+  // norm vector (holders: every parameter name, in one order everywhere);
+  // a tied copy counts on its first pipeline rank only (Note [bitwise norm], optim/GradClip.h).
+  if (c_.optimizer.clipGradNorm > 0) {
+    std::map<std::string, int64_t> index;
+    for (auto& [name, ranks] : holders) {
+      if (setup_.tensorsByName({name})[0].requires_grad()) {
+        const int64_t next = static_cast<int64_t>(index.size());
+        index[name] = next;
+      }
+    }
+    std::vector<int64_t> globalIndex;
+    for (auto& name : trainableNames_) {
+      globalIndex.push_back(*holders.at(name).begin() == stageIndex_ ? index.at(name) : -1);
+    }
+    clip_.emplace(c_.optimizer.clipGradNorm, std::move(globalIndex), static_cast<int64_t>(index.size()));
+  }
+}
+
+void Trainer::buildStage() {
+  connect();
+  openOutputs();
+  const auto schedule = rankSchedule();
+  boundaryComms_ = pipeline::boundaryCommunicators(pipelineComm_, schedule);
+  buildWorkers(schedule);
+  if (c_.training.evalInterval > 0) {
+    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_,
+                                             schedule, boundaryComms_);
+  }
+  if (c_.logging.measureMemory && !hasMemoryPlan(*worker_)) {
+    savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
+    for (auto& t : setup_.tensorsByName(paramNames_)) savedBytes_->exclude(t);
+    worker_->measureSavedBytes(savedBytes_.get());
+  }
+  logStages();
+  buildOptimizer();
+  const int rank = rank_;
+  worker_->setForwardHook([rank](int mb) { faults::atForward(rank, currentStep, mb); });
+  freeOtherStagesTensors();
+}
+
+// The pipeline and data-parallel communicators (Note [2-D layout]), one per
+// set of ranks holding tied parameters, and GPU backends (job.backend).
+void Trainer::connect() {
+  pipelineComm_ = world_.split(dpRank_, stageIndex_);
+  dpComm_ = world_.split(stageIndex_, dpRank_);
+  // Tied parameters: one communicator per set of pipeline ranks holding some (Note [tied parameters]).
+  std::map<std::vector<int>, std::vector<std::string>> tiedSets;
+  for (auto& [name, ranks] : tiedRanks_) tiedSets[ranks].push_back(name);
+  for (auto& [ranks, names] : tiedSets) {
+    const bool member = std::find(ranks.begin(), ranks.end(), stageIndex_) != ranks.end();
+    auto comm = pipelineComm_.split(member ? 1 : 0, stageIndex_);
+    if (member) tied_.push_back({names, setup_.tensorsByName(names), comm});
+  }
+  if (device_.is_cuda()) {
+    // GPU tensors between ranks: NCCL (p2p channels on the pipeline, collectives
+    // on the data-parallel group) or MPI with host staging (job.backend).
+    const auto backend = deviceBackendFor(c_, place_, world_);
+    pipelineComm_ = pipelineComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/true);
+    dpComm_ = dpComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/false);
+    if (rank_ == 0) log::info(std::string("device tensors between ranks over ") + commBackendName(backend));
+  }
+}
+
+void Trainer::openOutputs() {
+  const int stages = c_.pipeline.stages;
+  // Outputs only once the job is known to be runnable (bad cuts fail above):
+  // rank 0 creates the folder, the others wait for it.
+  const fs::path out = c_.job.outputDir;
+  outDir_ = out.string();
+  if (rank_ == 0) {
+    fs::create_directories(out / "logs");
+    writeFileAtomically((out / "config.resolved.yaml").string(), c_.toYaml());
+  }
+  world_.barrier();
+  log::openFile((out / "logs" / ("rank_" + std::to_string(rank_) + ".log")).string(), /*append=*/resume_.has_value());
+  log::info(describePlace(place_) + ", " + std::to_string(threads_) + " threads; " + torchrunNamesText());
+  // (Here, not where the ties are found: the rank's log file is open now.)
+  if (rank_ == 0 && !tiedRanks_.empty()) {
+    std::string list;
+    for (auto& [name, ranks] : tiedRanks_) {
+      list += (list.empty() ? "" : "; ") + name + " on pipeline ranks";
+      for (int r : ranks) list += " " + std::to_string(r);
+    }
+    log::info("tied parameters: " + list + " (each holds a copy; gradients summed over them before every update)");
+  }
+  if (rank_ == 0) {
+    log::info("resolved config\n" + c_.toYaml() + settingsTable() + "data: " + setup_.dataset->describe());
+    if (plan_) {
+      plan_->save((out / "plan.pb").string());
+      log::info("plan (" + (out / "plan.pb").string() + ")\n" + plan_->table());
+    }
+    if (c_.pipeline.microbatches < stages) {
+      log::warn("pipeline.microbatches (" + std::to_string(c_.pipeline.microbatches) + ") < pipeline.stages (" +
+                std::to_string(stages) + "): most ranks idle most of the step; use at least " +
+                std::to_string(stages) + " (ideally 4x) micro-batches");
+    }
+  }
+}
+
+pipeline::Schedule Trainer::rankSchedule() const {
+  // With a plan for this schedule, zb-h1, interleaved-zb and zbv are fitted to its
+  // stage times, as its prediction was (every rank reads the same plan file).
+  const auto scheduleName = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
+  std::optional<pipeline::ScheduleCosts> costs;
+  if (c_.pipeline.fitSchedule && plan_ && plan_->schedule == scheduleName &&
+      plan_->microBatches == c_.pipeline.microbatches) {
+    costs = plan_->scheduleCosts();
+  }
+  return pipeline::makeSchedule(scheduleName, c_.pipeline.stages, c_.pipeline.microbatches, chunks_,
+                                costs ? &*costs : nullptr);
+}
+
+// This rank's stage workers, each with its memory plan.
+void Trainer::buildWorkers(const pipeline::Schedule& schedule) {
+  const auto mode = c_.pipeline.execution;
+  // Several stages per rank: one swap engine (one window, one I/O thread) for
+  // all of them, as the plan's rank peak counts it.
+  std::shared_ptr<memory::SwapEngine> rankEngine;
+  int swappingStages = 0;
+  int64_t window = 0;
+  for (auto& mp : memoryPlans_) {
+    if (!mp.swaps()) continue;
+    ++swappingStages;
+    window = std::max(window, mp.swapWindowBytes);
+  }
+  if (swappingStages > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device_, swapDir(c_)), window);
+  sharedSwapEngine_ = rankEngine != nullptr;
+  std::vector<std::unique_ptr<pipeline::StageWorker>> workers;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const auto& stage = stages_[i];
+    workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
+                                                              pipelineComm_, schedule, setup_.loss, mode,
+                                                              boundaryComms_, device_));
+    if (c_.pipeline.boundaryDtype == BoundaryDtype::Compute) workers.back()->setBoundaryType(setup_.computeType);
+    const auto& memoryPlan = memoryPlans_[i];
+    if (memoryPlan.freesAnything()) {
+      auto& worker = *workers.back();
+      worker.setMemoryPlan(memoryPlan, swapDir(c_), rankEngine);
+      const auto* mem = worker.memory();
+      int swaps = 0, recomputes = 0;
+      for (auto& d : memoryPlan.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
+      log::info("stage " + std::to_string(stage.index) + " memory plan: " + std::to_string(swaps) +
+                " storages swapped" + (swaps ? " to " + mem->swapDescription() : "") + ", " +
+                std::to_string(recomputes) + " recomputed");
+    }
+  }
+  worker_ = std::make_unique<pipeline::RankWorker>(std::move(workers));
+  // Note [reader gradients] (pipeline/RankWorker.h): not under DistAdam's
+  // hooks mode, whose reduce-scatters start from each parameter's own accumulation.
+  if (c_.optimizer.name != optim::OptimizerKind::DistAdam || c_.optimizer.distAdamMode != optim::DistAdamMode::Hooks) {
+    worker_->separateReaderGradients();
+  }
+}
+
+void Trainer::logStages() const {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const auto& stage = stages_[i];
+    const auto stageParams = worker_->stage(i).trainableParameters();
+    log::info("stage " + std::to_string(stage.index) + ": nodes [" + std::to_string(stage.firstNode) + ", " +
+              std::to_string(stage.endNode) + "), " + std::to_string(stageParams.size()) + " parameter tensors (" +
+              formatBytes(tensorBytes(stageParams)) + "), " + std::to_string(stage.boundaryInputs.size()) +
+              " boundary inputs, " +
+              std::to_string(stage.outputs.size()) + " outputs" +
+              (stages_.size() > 1 ? " (on pipeline rank " + std::to_string(stageIndex_) + ")" : ""));
+  }
+}
+
+void Trainer::buildOptimizer() {
+  optim::OptimizerOptions o;
+  o.kind = c_.optimizer.name;
+  o.adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
+                .betas({c_.optimizer.beta1, c_.optimizer.beta2})
+                .eps(c_.optimizer.eps)
+                .weight_decay(c_.optimizer.weightDecay);
+  o.distAdamMode = c_.optimizer.distAdamMode;
+  o.bucketBytes = static_cast<int64_t>(c_.optimizer.distAdamBucketMb * 1048576.0);
+  o.expectedRanks = c_.pipeline.dataParallel;
+  o.accumulationSteps = c_.pipeline.microbatches;  // reduce on the last micro-batch's backward
+  o.readers = worker_->readersOfTrainableParameters();
+  optimizer_ = optim::makeTrainingOptimizer(o, worker_->trainableParameters(), dpComm_);
+  if (o.kind == optim::OptimizerKind::DistAdam) log::info(optimizer_->describe());
+  if (c_.logging.trace) {
+    worker_->setTrace(&trace_);
+    optimizer_->setTrace(&trace_);
+  }
+}
+
+// Every rank builds the whole model from the seed (identical initial
+// weights everywhere); the tensors of other stages are dropped here, so a
+// rank holds only its stage.
+void Trainer::freeOtherStagesTensors() {
+  // By tensor, not by name: a tied weight has several names (head.weight is
+  // tok.weight) and the graph reads it under one of them.
+  std::set<const c10::TensorImpl*> mine;
+  for (auto& t : setup_.tensorsByName(paramNames_)) mine.insert(t.unsafeGetTensorImpl());
+  torch::NoGradGuard noGrad;
+  for (auto& item : setup_.module->named_parameters(/*recurse=*/true)) {
+    if (!mine.count(item.value().unsafeGetTensorImpl())) item.value().set_data(torch::empty({0}, item.value().options()));
+  }
+  for (auto& item : setup_.module->named_buffers(/*recurse=*/true)) {
+    if (!mine.count(item.value().unsafeGetTensorImpl())) item.value().set_data(torch::empty({0}, item.value().options()));
+  }
+}
+
+void Trainer::train() {
+  Communicator::setWaitTimeout(c_.cluster.timeoutS, "cluster.timeout_s");
+  optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
+                       c_.training.steps};
+  std::vector<StepRecord> pending;  // steps whose loss is not read yet
+  std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
+  beginTraining();
+  // Note [stopping]: the stop requests of step s are all-reduced while step s + 1 runs.
+  auto stopFlags = torch::zeros({1}, torch::kInt64);
+  Work stopVote;
+  DeviceTrace deviceTrace(device_.is_cuda());  // logging.trace_ops: LibTorch's profiler over the traced steps
+  for (int64_t step = startStep_; step < c_.training.steps; ++step) {
+    CommActivity activity("step " + std::to_string(step));
+    const int64_t syncsBefore = hostsync::count();
+    currentStep = step;
+    faults::atStepStart(rank_, step);
+    if (step == warmSteps_) warm_ = worker_->computeTimes();
+    auto t0 = std::chrono::steady_clock::now();
+    const double stepLr = lr.at(step);
+    optim::setLearningRate(optimizer(), stepLr);
+    memory::resetDevicePeak(device_);
+    bool skipped = false;
+    torch::Tensor gradNorm;  // optimizer.clip_grad_norm: the step's global norm (undefined: skipped or off)
+    const bool traced = c_.logging.trace && std::count(tracedSteps_.begin(), tracedSteps_.end(), step) > 0;
+    trace_.setStep(step, traced);
+    if (traced && c_.logging.traceOps) deviceTrace.start();
+    const double stepStart = TraceRecorder::nowUs();
+    const double lossScale = lossScaler_ ? lossScaler_->scale() : 0;  // this step's (step() may change it)
+    auto loss = this->step(step, &skipped, &gradNorm);
+    trace_.add("step " + std::to_string(step), "step", -1, stepStart, TraceRecorder::nowUs());
+    if (step >= warmSteps_) stepCompute_.push_back(worker_->computeTimes());
+    trace_.setStep(step, false);
+    const int64_t peak = memory::deviceAllocatorStats(device_).peakBytes - otherBytes_;
+    modelPeak_ = std::max(modelPeak_, peak);
+    peaks.push_back(peak);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (deviceTrace.active()) deviceTraceLines_.push_back(describe(deviceTrace.stop(trace_, step)));
+    pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
+                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm, lossScale});
+    bool stop = false;
+    if (stopVote.pending()) {
+      stopVote.wait();
+      stop = stopFlags.item<int64_t>() != 0;
+    }
+    stopFlags.fill_(stopAsked.load() ? 1 : 0);
+    stopVote = world_.iallReduce(stopFlags, ReduceOp::Max);
+    const int64_t done = step + 1;
+    syncBuffers();
+    // With checkpoints on, the last step is always saved too (training can be extended from it).
+    const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
+                                     (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
+    const bool logPoint = checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps;
+    if (logPoint) {
+      checkNonFinite();
+      flushLogPoint(pending, peaks);  // a checkpoint is also a log point: no step's metrics are lost on resume
+      pending.clear();
+      peaks.clear();
+    }
+    if (checkpoint) saveCheckpoint(done, stepLr);
+    counters_.add(seconds, hostsync::count() - syncsBefore, logPoint);
+    if (reportAsked.exchange(false)) log::info(metricsReport());
+    if (evaluator_ && (done % c_.training.evalInterval == 0 || done == c_.training.steps || stop)) {
+      const auto r = evaluator_->run();
+      if (metrics_ && r.samples > 0) metrics_->recordEval(step, r.loss, r.accuracy, r.samples, r.seconds);
+    }
+    if (stop) {
+      if (rank_ == 0) {
+        log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +
+                  "(the default)");
+      }
+      stoppedEarly_ = true;
+      break;
+    }
+  }
+  if (stopVote.pending()) stopVote.wait();
+  memory::setDeviceAllocationLimit(device_, 0, "");
+}
+
+// Before the first step: the steps to time and trace, what lives outside the
+// model, memory.hard_limit, and the counters the metrics report starts from.
+void Trainer::beginTraining() {
+  warmSteps_ = std::min<int64_t>(startStep_ + 2, c_.training.steps - 1);  // compute times count after these
+  for (int s : c_.logging.traceSteps) tracedSteps_.push_back(s);
+  if (tracedSteps_.empty()) {
+    for (int64_t s = warmSteps_; s < std::min<int64_t>(warmSteps_ + 2, c_.training.steps); ++s) tracedSteps_.push_back(s);
+  }
+  // What lives outside the model now (data, buffers of the runtime): reported
+  // apart. DistAdam's gradient buckets and moments, made at its construction,
+  // are the model's (the plan's static bytes), as AdamW's are when they appear.
+  otherBytes_ = memory::deviceAllocatorStats(device_).currentBytes - tensorBytes(setup_.tensorsByName(paramNames_));
+  otherBytes_ -= optimizer_->residentBytes();
+  if (c_.memory.hardLimit) {
+    const auto budget = static_cast<int64_t>(c_.memory.budgetMb * 1024.0 * 1024.0);
+    memory::setDeviceAllocationLimit(device_, budget + otherBytes_, "stage " + std::to_string(stageIndex_));
+    log::info("memory.hard_limit: allocations beyond " + formatBytesExact(budget) + " for the model (+ " +
+              formatBytes(otherBytes_) + " outside it) fail");
+  }
+  counters_.trafficAtStart = Communicator::traffic();
+  counters_.transfersAtStart = transfers::counts();
+  counters_.computeAtStart = worker_->computeTimes().forwardSeconds + worker_->computeTimes().backwardSeconds;
+}
+
+void runWorker(const Config& config) { Trainer(config).run(); }
+
+}  // namespace sluice
