@@ -227,6 +227,64 @@ ContextTimes mediansOf(const std::vector<std::vector<double>>& fwd, const std::v
   return out;
 }
 
+// One run's forward: the graph through the timer, then the loss (if any) on
+// its first output. The graph's result comes back with the outputs: the caller
+// frees both once it has taken the backward's roots from them.
+struct TimedForward {
+  std::vector<IValue> result;
+  std::vector<torch::Tensor> outs;  // the graph's output tensors, or the loss's value
+  uint64_t graphEnd = 0;  // the first sequence number after the graph's forward
+  double lossForward = 0, fWall = 0;
+};
+
+TimedForward timedForward(const NodeProgram& program, const std::vector<IValue>& stack, ForwardTimer& timer,
+                          const LossFunction& loss) {
+  TimedForward out;
+  const auto f0 = deviceNow();
+  out.result = program.run(stack, &timer);
+  for (auto& v : out.result) tensorsIn(v, out.outs);
+  out.graphEnd = at::sequence_number::peek();
+  if (loss) {
+    SLUICE_CHECK(!out.outs.empty(), GraphError, "profile: the graph has no tensor output to apply the loss to");
+    const auto l0 = deviceNow();
+    auto value = loss(out.outs.front());
+    out.lossForward = seconds(l0, deviceNow());
+    out.outs = {value};
+  }
+  out.fWall = seconds(f0, deviceNow());
+  return out;
+}
+
+// One timed run's per-node seconds (slot n the loss), forward into f and
+// backward into b, each summing to its pass's wall time.
+void attributeRun(const ForwardTimer& timer, const StageGraph& whole, const TimedForward& forward,
+                  const BackwardSink& sink, const std::vector<double>& paramWeight, double bWall, bool hasLoss,
+                  std::vector<double>& f, std::vector<double>& b) {
+  const int n = static_cast<int>(f.size()) - 1;
+  // Forward: each node's own time, then the loop's overhead by those times.
+  f[n] = forward.lossForward;
+  // Sequence ranges per OpGraph node, for the backward's attribution.
+  std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
+  std::vector<uint64_t> ends(n + 1, 0);
+  const double fSum = attributeForward(timer, whole, f, starts, ends);
+  spread(std::max(0.0, forward.fWall - fSum - forward.lossForward), std::vector<double>(f), f);
+  if (hasLoss) {
+    starts.emplace_back(forward.graphEnd, n);  // every function made after the graph's forward is the loss's
+    ends[n] = std::numeric_limits<uint64_t>::max();
+  }
+  std::sort(starts.begin(), starts.end());
+  attributeBackward(sink, starts, ends, paramWeight, bWall, b);
+}
+
+// The device the inputs live on (the CPU when all do), for deviceNow().
+c10::Device deviceOfInputs(const std::vector<torch::Tensor>& inputs) {
+  c10::Device device(c10::kCPU);
+  for (auto& t : inputs) {
+    if (t.defined() && !t.is_cpu()) device = t.device();
+  }
+  return device;
+}
+
 }  // namespace
 
 ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
@@ -235,10 +293,7 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   SLUICE_CHECK(inputs.size() == g.inputs().size(), GraphError,
                "profile: the graph has " << g.inputs().size() << " inputs, got " << inputs.size());
   const int n = g.numNodes();
-  gDevice = c10::Device(c10::kCPU);
-  for (auto& t : inputs) {
-    if (t.defined() && !t.is_cpu()) gDevice = t.device();
-  }
+  gDevice = deviceOfInputs(inputs);
   auto whole = splitGraph(g, {}).at(0);
   auto stack = freshStack(g, inputs, whole);
   NodeProgram program(whole.graph);
@@ -254,49 +309,24 @@ ContextTimes timeInContext(const OpGraph& g, const std::vector<torch::Tensor>& i
   std::vector<double> forwardWall, backwardWall;
   for (int run = 0; run < warmup + iterations; ++run) {
     ForwardTimer timer(positions);
-    std::vector<torch::Tensor> outs;
-    const auto f0 = deviceNow();
-    auto result = program.run(stack, &timer);
-    for (auto& v : result) tensorsIn(v, outs);
-    const uint64_t graphEnd = at::sequence_number::peek();
-    double lossForward = 0;
-    if (loss) {
-      SLUICE_CHECK(!outs.empty(), GraphError, "profile: the graph has no tensor output to apply the loss to");
-      const auto l0 = deviceNow();
-      auto value = loss(outs.front());
-      lossForward = seconds(l0, deviceNow());
-      outs = {value};
-    }
-    const double fWall = seconds(f0, deviceNow());
+    auto forward = timedForward(program, stack, timer, loss);
     torch::autograd::edge_list roots;
     std::vector<torch::Tensor> grads;  // ones, for every output that needs a gradient
-    backwardRoots(outs, roots, grads);
-    result.clear();
-    outs.clear();
+    backwardRoots(forward.outs, roots, grads);
+    forward.result.clear();
+    forward.outs.clear();
     sink.applied.clear();
     double bWall = 0;
     if (!roots.empty()) bWall = timedBackward(roots, grads, sink);
     if (run < warmup) continue;
 
-    // Forward: each node's own time, then the loop's overhead by those times.
     std::vector<double> f(n + 1, 0), b(n + 1, 0);
-    f[n] = lossForward;
-    // Sequence ranges per OpGraph node, for the backward's attribution.
-    std::vector<std::pair<uint64_t, int>> starts;  // (first sequence number, node), non-empty ranges only
-    std::vector<uint64_t> ends(n + 1, 0);
-    const double fSum = attributeForward(timer, whole, f, starts, ends);
-    spread(std::max(0.0, fWall - fSum - lossForward), std::vector<double>(f), f);
-    if (loss) {
-      starts.emplace_back(graphEnd, n);  // every function made after the graph's forward is the loss's
-      ends[n] = std::numeric_limits<uint64_t>::max();
-    }
-    std::sort(starts.begin(), starts.end());
-    attributeBackward(sink, starts, ends, paramWeight, bWall, b);
+    attributeRun(timer, whole, forward, sink, paramWeight, bWall, static_cast<bool>(loss), f, b);
     for (int i = 0; i <= n; ++i) {
       fwd[i].push_back(f[i]);
       bwd[i].push_back(b[i]);
     }
-    forwardWall.push_back(fWall);
+    forwardWall.push_back(forward.fWall);
     backwardWall.push_back(bWall);
   }
   return mediansOf(fwd, bwd, forwardWall, backwardWall);
