@@ -373,17 +373,11 @@ void splitBackwardHolding(const Problem& p, const std::vector<char>& isFreed, St
   }
 }
 
-}  // namespace
-
-StageCost evaluateStage(const Problem& p, int stage, int first, int end,
-                        const std::vector<std::pair<int, Action>>& freed) {
-  const int n = p.numNodes();
-  SLUICE_CHECK(0 <= first && first < end && end <= n, PlanError, "partition: bad node range [" << first << ", " << end << ")");
-  StageCost s;
-  s.stage = stage;
-  s.first = first;
-  s.end = end;
-  s.inFlight = inFlight(p, stage);
+// The stage's nodes' compute and parameter bytes on s, with a copy of each
+// tied weight an earlier stage reads first. Returns the largest node's
+// parameter bytes.
+int64_t addNodeCosts(const Problem& p, StageCost& s) {
+  const int first = s.first, end = s.end;
   int64_t largestParams = 0;  // a node's parameter bytes: at least its largest parameter's
   for (int j = first; j < end; ++j) {
     s.forward += p.nodes[j].forward;
@@ -399,19 +393,30 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
       largestParams = std::max(largestParams, sp.bytes);
     }
   }
+  return largestParams;
+}
+
+// The stage's saved bytes on s. Returns those W reads (split backward).
+int64_t addSavedBytes(const Problem& p, StageCost& s) {
   int64_t weightSaved = 0;  // saved bytes W reads (split backward)
   for (int x = 0; x < static_cast<int>(p.storages.size()); ++x) {
-    if (!storageInStage(p, x, first, end)) continue;
+    if (!storageInStage(p, x, s.first, s.end)) continue;
     s.savedBytes += p.storages[x].bytes;
     if (p.storages[x].weightReads) weightSaved += p.storages[x].bytes;
   }
-  std::vector<char> isFreed(p.storages.size(), 0);  // 1: swapped, 2: recomputed
-  const int64_t unitsFreed = applyFreed(p, freed, isFreed, s);
-  s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
+  return weightSaved;
+}
+
+// The stage's memory on s, once its freed storages are applied: what it
+// keeps and holds, its peak and the bound the budget is checked against.
+// Returns the stage's holding factor.
+int stageMemory(const Problem& p, const std::vector<char>& isFreed, int64_t largestParams, int64_t weightSaved,
+                StageCost& s) {
+  const int stage = s.stage, first = s.first, end = s.end;
   s.keptBytes = s.savedBytes - s.swappedBytes - s.recomputedBytes;
   s.staticBytes = static_cast<int64_t>(static_cast<double>(s.paramBytes) * p.staticPerParamByte) +
                   readerGradBytes(p.sharedParams, first, end);
-  const bool last = end == n;
+  const bool last = end == p.numNodes();
   // Note [stage memory]: stage 0's boundary is the data, resident for the
   // whole step (all micro-batches); later stages hold each in-flight
   // micro-batch's received activations until its backward.
@@ -432,22 +437,42 @@ StageCost evaluateStage(const Problem& p, int stage, int first, int end,
   s.peakBytes = std::max(afterBackward, s.staticBytes + s.holdingBytes + s.transientBytes + s.windowBytes);
   s.boundBytes = std::max(afterBackward, s.staticBytes + holdingBound +
                                              transientBound(p, first, end, s.recomputedBytes > 0) + s.windowBytes);
+  return factor;
+}
+
+// Whether the stage fits the budget (always without one): keeping every
+// storage fits, or the units it frees cover the excess per held micro-batch.
+bool fitsBudget(const Problem& p, const StageCost& s, int factor, int64_t unitsFreed) {
+  if (p.budgetBytes <= 0) return true;
+  const int64_t keepAll = s.boundBytes + factor * (s.swappedBytes + s.recomputedBytes);
+  const int64_t excess = keepAll - p.budgetBytes;
+  if (excess <= 0) return true;
+  const int64_t perMicroBatch = (excess + factor - 1) / factor;
+  const int64_t unit = memoryUnit(p);
+  return unitsFreed >= (perMicroBatch + unit - 1) / unit;
+}
+
+}  // namespace
+
+StageCost evaluateStage(const Problem& p, int stage, int first, int end,
+                        const std::vector<std::pair<int, Action>>& freed) {
+  const int n = p.numNodes();
+  SLUICE_CHECK(0 <= first && first < end && end <= n, PlanError, "partition: bad node range [" << first << ", " << end << ")");
+  StageCost s;
+  s.stage = stage;
+  s.first = first;
+  s.end = end;
+  s.inFlight = inFlight(p, stage);
+  const int64_t largestParams = addNodeCosts(p, s);
+  const int64_t weightSaved = addSavedBytes(p, s);
+  std::vector<char> isFreed(p.storages.size(), 0);  // 1: swapped, 2: recomputed
+  const int64_t unitsFreed = applyFreed(p, freed, isFreed, s);
+  s.swapStall = std::max(0.0, s.swapIO - (s.forward + s.backward));
+  const int factor = stageMemory(p, isFreed, largestParams, weightSaved, s);
   s.comm = commSeconds(p, first) + commSeconds(p, end);
-  if (last) s.loss = p.lossSeconds;
+  if (end == n) s.loss = p.lossSeconds;
   s.time = s.forward + s.backward + s.swapCpu + s.swapStall + s.recompute + s.comm + s.loss;
-  if (p.budgetBytes <= 0) {
-    s.fits = true;
-  } else {
-    const int64_t keepAll = s.boundBytes + factor * (s.swappedBytes + s.recomputedBytes);
-    const int64_t excess = keepAll - p.budgetBytes;
-    if (excess <= 0) {
-      s.fits = true;
-    } else {
-      const int64_t perMicroBatch = (excess + factor - 1) / factor;
-      const int64_t unit = memoryUnit(p);
-      s.fits = unitsFreed >= (perMicroBatch + unit - 1) / unit;
-    }
-  }
+  s.fits = fitsBudget(p, s, factor, unitsFreed);
   return s;
 }
 
