@@ -63,6 +63,60 @@ void FrontKnapsack::prune(std::vector<Point>& points) const {
   points.resize(kept);
 }
 
+namespace {
+
+using Point = FrontKnapsack::Point;
+
+// Front order: by r, ties by r + s.
+bool before(const Point& a, const Point& b) { return a.r != b.r ? a.r < b.r : a.r + a.s < b.r + b.s; }
+
+// Into shifted, in front order: item `it` recomputed on top of each point of
+// fromR (choice 1), swapped on top of each of fromS (choice 2).
+void shiftedCandidates(const std::vector<Point>& fromR, const std::vector<Point>& fromS, const KnapsackItem& it,
+                       bool canRecompute, bool canSwap, std::vector<Point>& shifted) {
+  // All fronts are sorted by r: the shifted copies stay sorted, so two
+  // merges give the candidates in order.
+  shifted.clear();
+  if (canRecompute && canSwap) {
+    size_t b = 0, c = 0;
+    while (b < fromR.size() || c < fromS.size()) {
+      const bool takeR = c >= fromS.size() ||
+                         (b < fromR.size() && before(Point{fromR[b].r + it.recompute, fromR[b].s},
+                                                     Point{fromS[c].r + it.swapCpu, fromS[c].s + it.swap}));
+      if (takeR) {
+        shifted.push_back({fromR[b].r + it.recompute, fromR[b].s, 1, static_cast<int>(b)});
+        ++b;
+      } else {
+        shifted.push_back({fromS[c].r + it.swapCpu, fromS[c].s + it.swap, 2, static_cast<int>(c)});
+        ++c;
+      }
+    }
+  } else if (canRecompute) {
+    for (int i = 0; i < static_cast<int>(fromR.size()); ++i) shifted.push_back({fromR[i].r + it.recompute, fromR[i].s, 1, i});
+  } else {
+    for (int i = 0; i < static_cast<int>(fromS.size()); ++i) {
+      shifted.push_back({fromS[i].r + it.swapCpu, fromS[i].s + it.swap, 2, i});
+    }
+  }
+}
+
+// Into merged, in front order: the points kept as they are (here, choice 0)
+// and the shifted candidates; on a tie the kept point comes first.
+void mergeWithKept(const std::vector<Point>& here, const std::vector<Point>& shifted, std::vector<Point>& merged) {
+  merged.clear();
+  size_t a = 0, b = 0;
+  while (a < here.size() || b < shifted.size()) {
+    if (b >= shifted.size() || (a < here.size() && !before(shifted[b], here[a]))) {
+      merged.push_back({here[a].r, here[a].s, 0, static_cast<int>(a)});
+      ++a;
+    } else {
+      merged.push_back(shifted[b++]);
+    }
+  }
+}
+
+}  // namespace
+
 void FrontKnapsack::add(const KnapsackItem& it) {
   items_.push_back(it);
   const bool canRecompute = it.recompute < kInf && !swapOnly_, canSwap = it.swap < kInf;
@@ -72,7 +126,6 @@ void FrontKnapsack::add(const KnapsackItem& it) {
   }
   auto next = record_ ? front_ : std::vector<std::vector<Point>>();
   auto& out = record_ ? next : front_;
-  auto before = [](const Point& a, const Point& b) { return a.r != b.r ? a.r < b.r : a.r + a.s < b.r + b.s; };
   auto& shifted = scratch_;
   auto& merged = scratch2_;
   reach_ = std::min(capacity(), reach_ + (canSwap ? it.swapped() : it.units));
@@ -80,40 +133,8 @@ void FrontKnapsack::add(const KnapsackItem& it) {
     const auto& here = front_[v];
     const auto& fromR = front_[std::max<int64_t>(0, v - it.units)];      // recompute's predecessors
     const auto& fromS = front_[std::max<int64_t>(0, v - it.swapped())];  // swap's
-    // All fronts are sorted by r: the shifted copies stay sorted, so two
-    // merges give the candidates in order.
-    shifted.clear();
-    if (canRecompute && canSwap) {
-      size_t b = 0, c = 0;
-      while (b < fromR.size() || c < fromS.size()) {
-        const bool takeR = c >= fromS.size() ||
-                           (b < fromR.size() && before(Point{fromR[b].r + it.recompute, fromR[b].s},
-                                                       Point{fromS[c].r + it.swapCpu, fromS[c].s + it.swap}));
-        if (takeR) {
-          shifted.push_back({fromR[b].r + it.recompute, fromR[b].s, 1, static_cast<int>(b)});
-          ++b;
-        } else {
-          shifted.push_back({fromS[c].r + it.swapCpu, fromS[c].s + it.swap, 2, static_cast<int>(c)});
-          ++c;
-        }
-      }
-    } else if (canRecompute) {
-      for (int i = 0; i < static_cast<int>(fromR.size()); ++i) shifted.push_back({fromR[i].r + it.recompute, fromR[i].s, 1, i});
-    } else {
-      for (int i = 0; i < static_cast<int>(fromS.size()); ++i) {
-        shifted.push_back({fromS[i].r + it.swapCpu, fromS[i].s + it.swap, 2, i});
-      }
-    }
-    merged.clear();
-    size_t a = 0, b = 0;
-    while (a < here.size() || b < shifted.size()) {
-      if (b >= shifted.size() || (a < here.size() && !before(shifted[b], here[a]))) {
-        merged.push_back({here[a].r, here[a].s, 0, static_cast<int>(a)});
-        ++a;
-      } else {
-        merged.push_back(shifted[b++]);
-      }
-    }
+    shiftedCandidates(fromR, fromS, it, canRecompute, canSwap, shifted);
+    mergeWithKept(here, shifted, merged);
     prune(merged);
     if (record_) {
       out[v] = merged;
