@@ -127,60 +127,45 @@ double balancedUpperBound(const Problem& p) {
   return stepTime(stages, p.microBatches);
 }
 
-// The DP with stages pruned above `upper` (see balancedUpperBound): finds the
-// optimum whenever the optimum's step time is at most `upper`.
-bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut, double* best) {
-  const int n = p.numNodes(), stages = p.stages;
-  const Context ctx(p);
-  std::vector<std::vector<std::vector<Point>>> fronts(stages, std::vector<std::vector<Point>>(n + 1));
-  const std::vector<Point> origin{{0, 0, -1, -1}};
-  std::vector<Point> extended, scratch;
-  std::vector<KnapsackItem> added;
-  for (int i = 0; i < n; ++i) {
-    // Stages that may start at node i, each with the (final) front it extends.
-    std::vector<std::pair<int, const std::vector<Point>*>> active;
-    if (i == 0) active.push_back({0, &origin});
-    if (i > 0 && p.validCut[i]) {
-      for (int k = 1; k < stages; ++k) {
-        if (!fronts[k - 1][i].empty()) active.push_back({k, &fronts[k - 1][i]});
-      }
-    }
-    if (active.empty()) continue;
-    auto sums = ctx.sums(i);
-    StageKnapsacks knap(p, p.budgetBytes > 0 ? maxReach(ctx, i) : Reach{});
-    const double commIn = commSeconds(p, i);
-    for (int j = i + 1; j <= n && !active.empty(); ++j) {
-      added.clear();
-      ctx.grow(sums, j - 1, &added);
-      if (p.microBatches * sums.compute > upper) break;  // in no optimal plan, nor is any longer stage
-      for (auto& it : added) knap.add(it);
-      for (size_t a = 0; a < active.size();) {
-        const int k = active[a].first;
-        if (ctx.neverFits(sums, holdingFactor(p, k, sums.first))) {
-          active.erase(active.begin() + static_cast<long>(a));
-          continue;
-        }
-        ++a;
-        if (!canEnd(p, k, j)) continue;
-        const double extra = knap.best(p, sums, k, j);
-        if (extra == kInf) continue;
-        const double t = sums.compute + extra + commIn + commSeconds(p, j) + (j == n ? p.lossSeconds : 0);
-        const auto& from = *active[a - 1].second;
-        // Points of `from` with worst <= t all become (t, sum + t): only the
-        // last of them (least sum) matters; the others keep their worst.
-        extended.clear();
-        int lastBelow = -1;
-        for (int q = 0; q < static_cast<int>(from.size()); ++q) {
-          if (from[q].worst <= t) lastBelow = q;
-        }
-        if (lastBelow >= 0) extended.push_back({t, from[lastBelow].sum + t, i, lastBelow});
-        for (int q = lastBelow + 1; q < static_cast<int>(from.size()); ++q) {
-          extended.push_back({from[q].worst, from[q].sum + t, i, q});
-        }
-        mergeFront(fronts[k][j], extended, scratch);
-      }
+// The DP's Pareto fronts: per stage k and node j, the splits of [0, j) into
+// k + 1 stages.
+using Fronts = std::vector<std::vector<std::vector<Point>>>;
+// A stage index with the front it extends.
+using ActiveStage = std::pair<int, const std::vector<Point>*>;
+
+// Stages that may start at node i, each with the (final) front it extends.
+std::vector<ActiveStage> stagesStartingAt(const Problem& p, const Fronts& fronts, const std::vector<Point>& origin,
+                                          int i) {
+  std::vector<ActiveStage> active;
+  if (i == 0) active.push_back({0, &origin});
+  if (i > 0 && p.validCut[i]) {
+    for (int k = 1; k < p.stages; ++k) {
+      if (!fronts[k - 1][i].empty()) active.push_back({k, &fronts[k - 1][i]});
     }
   }
+  return active;
+}
+
+// Into extended: the points of `from` followed by a stage of t seconds
+// starting at node i.
+void extendFront(const std::vector<Point>& from, double t, int i, std::vector<Point>& extended) {
+  // Points of `from` with worst <= t all become (t, sum + t): only the
+  // last of them (least sum) matters; the others keep their worst.
+  extended.clear();
+  int lastBelow = -1;
+  for (int q = 0; q < static_cast<int>(from.size()); ++q) {
+    if (from[q].worst <= t) lastBelow = q;
+  }
+  if (lastBelow >= 0) extended.push_back({t, from[lastBelow].sum + t, i, lastBelow});
+  for (int q = lastBelow + 1; q < static_cast<int>(from.size()); ++q) {
+    extended.push_back({from[q].worst, from[q].sum + t, i, q});
+  }
+}
+
+// The least step time on the last stage's front at the graph's end, and its
+// cuts read back through the fronts; false when that front is empty.
+bool readBackCuts(const Problem& p, const Fronts& fronts, std::vector<int>* cutsOut, double* best) {
+  const int n = p.numNodes(), stages = p.stages;
   const auto& final = fronts[stages - 1][n];
   if (final.empty()) return false;
   int pick = 0;
@@ -201,6 +186,45 @@ bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut,
   std::reverse(cuts.begin(), cuts.end());
   *cutsOut = cuts;
   return true;
+}
+
+// The DP with stages pruned above `upper` (see balancedUpperBound): finds the
+// optimum whenever the optimum's step time is at most `upper`.
+bool optimalCutsBelow(const Problem& p, double upper, std::vector<int>* cutsOut, double* best) {
+  const int n = p.numNodes(), stages = p.stages;
+  const Context ctx(p);
+  Fronts fronts(stages, std::vector<std::vector<Point>>(n + 1));
+  const std::vector<Point> origin{{0, 0, -1, -1}};
+  std::vector<Point> extended, scratch;
+  std::vector<KnapsackItem> added;
+  for (int i = 0; i < n; ++i) {
+    auto active = stagesStartingAt(p, fronts, origin, i);
+    if (active.empty()) continue;
+    auto sums = ctx.sums(i);
+    StageKnapsacks knap(p, p.budgetBytes > 0 ? maxReach(ctx, i) : Reach{});
+    const double commIn = commSeconds(p, i);
+    for (int j = i + 1; j <= n && !active.empty(); ++j) {
+      added.clear();
+      ctx.grow(sums, j - 1, &added);
+      if (p.microBatches * sums.compute > upper) break;  // in no optimal plan, nor is any longer stage
+      for (auto& it : added) knap.add(it);
+      for (size_t a = 0; a < active.size();) {
+        const int k = active[a].first;
+        if (ctx.neverFits(sums, holdingFactor(p, k, sums.first))) {
+          active.erase(active.begin() + static_cast<long>(a));
+          continue;
+        }
+        ++a;
+        if (!canEnd(p, k, j)) continue;
+        const double extra = knap.best(p, sums, k, j);
+        if (extra == kInf) continue;
+        const double t = sums.compute + extra + commIn + commSeconds(p, j) + (j == n ? p.lossSeconds : 0);
+        extendFront(*active[a - 1].second, t, i, extended);
+        mergeFront(fronts[k][j], extended, scratch);
+      }
+    }
+  }
+  return readBackCuts(p, fronts, cutsOut, best);
 }
 
 // The optimum's cuts and step time; false when nothing fits. The pruning
@@ -226,6 +250,47 @@ bool optimalCuts(const Problem& p, std::vector<int>* cutsOut, double* best) {
   return optimalCutsBelow(p, upper * (1 + 1e-9), cutsOut, best);
 }
 
+// bestStage's variants: each reads back its choices into bestFreed when it
+// is cheaper than bestCost (the cheapest so far).
+
+// Recompute only (additive): the least recompute seconds freeing `need` units.
+void tryRecomputeOnly(const std::vector<KnapsackItem>& items, int64_t need, double& bestCost,
+                      std::vector<std::pair<int, Action>>& bestFreed) {
+  AdditiveKnapsack knap(AdditiveKnapsack::Cost::Recompute);
+  knap.reset(need);
+  std::vector<std::vector<char>> took(items.size());
+  for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
+  if (knap.at(need) < bestCost) {
+    bestCost = knap.at(need);
+    for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
+      if (took[x][u]) {
+        bestFreed.emplace_back(items[x].storage, Action::Recompute);
+        u = std::max<int64_t>(0, u - items[x].units);
+      }
+    }
+  }
+}
+
+// Swap (swapOnly) or swap and recompute: the least seconds freeing `need`
+// units with the swap I/O hidden behind `compute`; the front is kept up to
+// `hide`.
+void tryWithSwap(const std::vector<KnapsackItem>& items, int64_t need, double hide, double compute, bool swapOnly,
+                 double& bestCost, std::vector<std::pair<int, Action>>& bestFreed) {
+  FrontKnapsack knap(hide, /*record=*/true, /*swapOnly=*/swapOnly);
+  knap.reset(need);
+  for (auto& it : items) knap.add(it);
+  int point = -1;
+  const double seconds = knap.best(need, compute, &point);
+  if (seconds < bestCost) {
+    bestCost = seconds;
+    bestFreed.clear();
+    auto choice = knap.choices(need, point);
+    for (size_t x = 0; x < items.size(); ++x) {
+      if (choice[x]) bestFreed.emplace_back(items[x].storage, choice[x] == 1 ? Action::Recompute : Action::Swap);
+    }
+  }
+}
+
 }  // namespace
 
 StageCost bestStage(const Problem& p, int stage, int first, int end) {
@@ -242,41 +307,13 @@ StageCost bestStage(const Problem& p, int stage, int first, int end) {
   std::vector<std::pair<int, Action>> bestFreed;
   {  // recompute only: additive
     const int64_t need = sums.need(p, stage, end, Variant::Recompute);
-    if (need <= sums.freeableRecompute) {
-      AdditiveKnapsack knap(AdditiveKnapsack::Cost::Recompute);
-      knap.reset(need);
-      std::vector<std::vector<char>> took(items.size());
-      for (size_t x = 0; x < items.size(); ++x) knap.add(items[x], &took[x]);
-      if (knap.at(need) < bestCost) {
-        bestCost = knap.at(need);
-        for (int64_t x = static_cast<int64_t>(items.size()) - 1, u = need; x >= 0 && u > 0; --x) {
-          if (took[x][u]) {
-            bestFreed.emplace_back(items[x].storage, Action::Recompute);
-            u = std::max<int64_t>(0, u - items[x].units);
-          }
-        }
-      }
-    }
+    if (need <= sums.freeableRecompute) tryRecomputeOnly(items, need, bestCost, bestFreed);
   }
   const double hide = std::max(sums.compute, maxReach(ctx, first).compute);
   for (Variant v : {Variant::Swap, Variant::Both}) {
     if (p.swapSecondsPerByte <= 0) break;
     const int64_t need = sums.need(p, stage, end, v);
-    if (need <= sums.freeable(v)) {
-      FrontKnapsack knap(hide, /*record=*/true, /*swapOnly=*/v == Variant::Swap);
-      knap.reset(need);
-      for (auto& it : items) knap.add(it);
-      int point = -1;
-      const double seconds = knap.best(need, sums.compute, &point);
-      if (seconds < bestCost) {
-        bestCost = seconds;
-        bestFreed.clear();
-        auto choice = knap.choices(need, point);
-        for (size_t x = 0; x < items.size(); ++x) {
-          if (choice[x]) bestFreed.emplace_back(items[x].storage, choice[x] == 1 ? Action::Recompute : Action::Swap);
-        }
-      }
-    }
+    if (need <= sums.freeable(v)) tryWithSwap(items, need, hide, sums.compute, v == Variant::Swap, bestCost, bestFreed);
   }
   if (bestCost == kInf) {  // report the stage with everything freeable freed
     std::vector<std::pair<int, Action>> all;
