@@ -55,6 +55,52 @@ PlanStage stageFromProto(const proto::PlanStage& q) {
   return s;
 }
 
+// One stage's fields, as stageFromProto reads them back.
+void stageToProto(const PlanStage& s, proto::PlanStage* q) {
+  q->set_index(s.index);
+  q->set_first_node(s.firstNode);
+  q->set_end_node(s.endNode);
+  for (auto& b : s.boundaryInputs) q->add_boundary_inputs(b);
+  for (auto& b : s.params) q->add_params(b);
+  q->set_param_bytes(s.paramBytes);
+  q->set_in_flight(s.inFlight);
+  q->set_forward_s(s.forward);
+  q->set_backward_s(s.backward);
+  q->set_comm_s(s.comm);
+  q->set_swap_s(s.swap);
+  q->set_recompute_s(s.recompute);
+  q->set_loss_s(s.loss);
+  q->set_time_s(s.time);
+  q->set_saved_bytes(s.savedBytes);
+  q->set_kept_bytes(s.keptBytes);
+  q->set_swapped_bytes(s.swappedBytes);
+  q->set_recomputed_bytes(s.recomputedBytes);
+  q->set_static_bytes(s.staticBytes);
+  q->set_peak_bytes(s.peakBytes);
+  q->set_boundary_bytes(s.boundaryBytes);
+  q->set_held_bytes(s.heldBytes);
+  q->set_transient_bytes(s.transientBytes);
+  q->set_window_bytes(s.windowBytes);
+  q->set_swap_io_s(s.swapIO);
+  q->set_schedule_forward_s(s.scheduleForward);
+  q->set_schedule_backward_input_s(s.scheduleBackwardInput);
+  q->set_schedule_backward_weight_s(s.scheduleBackwardWeight);
+  q->set_refill_s(s.refill);
+  q->set_refill_share(s.refillShare);
+  q->set_rank_peak_bytes(s.rankPeakBytes);
+}
+
+// One swap or recompute decision's fields.
+void decisionToProto(const TensorDecision& d, proto::TensorDecision* q) {
+  q->set_node(d.node);
+  q->set_slot(d.slot);
+  for (int n : d.segment) q->add_segment(n);
+  q->set_stage(d.stage);
+  q->set_op(d.op);
+  q->set_bytes(d.bytes);
+  q->set_action(actionName(d.action));
+}
+
 }  // namespace
 
 std::string Plan::toBytes() const {
@@ -79,50 +125,8 @@ std::string Plan::toBytes() const {
   p.set_op_level_step_time_s(opLevelStepTime);
   p.set_min_op_level_gain(minOpLevelGain);
   p.set_refill_wait_s(refillWaitSeconds);
-  for (auto& s : stages) {
-    auto* q = p.add_stages();
-    q->set_index(s.index);
-    q->set_first_node(s.firstNode);
-    q->set_end_node(s.endNode);
-    for (auto& b : s.boundaryInputs) q->add_boundary_inputs(b);
-    for (auto& b : s.params) q->add_params(b);
-    q->set_param_bytes(s.paramBytes);
-    q->set_in_flight(s.inFlight);
-    q->set_forward_s(s.forward);
-    q->set_backward_s(s.backward);
-    q->set_comm_s(s.comm);
-    q->set_swap_s(s.swap);
-    q->set_recompute_s(s.recompute);
-    q->set_loss_s(s.loss);
-    q->set_time_s(s.time);
-    q->set_saved_bytes(s.savedBytes);
-    q->set_kept_bytes(s.keptBytes);
-    q->set_swapped_bytes(s.swappedBytes);
-    q->set_recomputed_bytes(s.recomputedBytes);
-    q->set_static_bytes(s.staticBytes);
-    q->set_peak_bytes(s.peakBytes);
-    q->set_boundary_bytes(s.boundaryBytes);
-    q->set_held_bytes(s.heldBytes);
-    q->set_transient_bytes(s.transientBytes);
-    q->set_window_bytes(s.windowBytes);
-    q->set_swap_io_s(s.swapIO);
-    q->set_schedule_forward_s(s.scheduleForward);
-    q->set_schedule_backward_input_s(s.scheduleBackwardInput);
-    q->set_schedule_backward_weight_s(s.scheduleBackwardWeight);
-    q->set_refill_s(s.refill);
-    q->set_refill_share(s.refillShare);
-    q->set_rank_peak_bytes(s.rankPeakBytes);
-  }
-  for (auto& d : decisions) {
-    auto* q = p.add_decisions();
-    q->set_node(d.node);
-    q->set_slot(d.slot);
-    for (int n : d.segment) q->add_segment(n);
-    q->set_stage(d.stage);
-    q->set_op(d.op);
-    q->set_bytes(d.bytes);
-    q->set_action(actionName(d.action));
-  }
+  for (auto& s : stages) stageToProto(s, p.add_stages());
+  for (auto& d : decisions) decisionToProto(d, p.add_decisions());
   return p.SerializeAsString();
 }
 
