@@ -234,6 +234,48 @@ void addDecisions(Plan& plan, const OpGraph& graph, const Problem& problem, cons
   }
 }
 
+// The plan's record of stage s: its nodes and inputs (piece: its part of the
+// split graph), predicted times and memory, and the times its schedule is
+// fitted to (when it is).
+PlanStage planStageOf(const StageCost& s, const StageGraph& piece, const Prediction& predicted,
+                      const pipeline::RefillCosts& refill, const std::optional<pipeline::ScheduleCosts>& costs) {
+  PlanStage ps;
+  ps.index = s.stage;
+  ps.firstNode = s.first;
+  ps.endNode = s.end;
+  ps.inFlight = s.inFlight;
+  for (auto& v : piece.boundaryInputs) ps.boundaryInputs.push_back(v.name);
+  ps.params = piece.paramInputs;
+  ps.paramBytes = s.paramBytes;
+  ps.forward = s.forward;
+  ps.backward = s.backward;
+  ps.comm = s.comm;
+  ps.swap = s.swapStall + s.swapCpu;
+  ps.swapIO = s.swapIO;
+  ps.recompute = s.recompute;
+  ps.loss = s.loss;
+  ps.refill = predicted.refill.at(s.stage);
+  if (refill.charged()) ps.refillShare = refill.share.at(s.stage);
+  ps.time = s.time + ps.refill;
+  ps.savedBytes = s.savedBytes;
+  ps.keptBytes = s.keptBytes;
+  ps.swappedBytes = s.swappedBytes;
+  ps.recomputedBytes = s.recomputedBytes;
+  ps.staticBytes = s.staticBytes;
+  ps.peakBytes = s.peakBytes;
+  ps.boundaryBytes = s.boundaryBytes;
+  ps.heldBytes = s.heldBytes;
+  ps.transientBytes = s.transientBytes;
+  ps.windowBytes = s.windowBytes;
+  if (costs) {
+    const auto& t = costs->times.at(s.stage);
+    ps.scheduleForward = t.forward;
+    ps.scheduleBackwardInput = t.backwardInput;
+    ps.scheduleBackwardWeight = t.backwardWeight;
+  }
+  return ps;
+}
+
 }  // namespace
 
 std::vector<int64_t> rankBounds(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
@@ -265,40 +307,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.simulatedCosts = scheduleCostsOf(profile, part, problem);
   double busy = 0;
   for (auto& s : part.stages) {
-    PlanStage ps;
-    ps.index = s.stage;
-    ps.firstNode = s.first;
-    ps.endNode = s.end;
-    ps.inFlight = s.inFlight;
-    for (auto& v : split[s.stage].boundaryInputs) ps.boundaryInputs.push_back(v.name);
-    ps.params = split[s.stage].paramInputs;
-    ps.paramBytes = s.paramBytes;
-    ps.forward = s.forward;
-    ps.backward = s.backward;
-    ps.comm = s.comm;
-    ps.swap = s.swapStall + s.swapCpu;
-    ps.swapIO = s.swapIO;
-    ps.recompute = s.recompute;
-    ps.loss = s.loss;
-    ps.refill = predicted.refill.at(s.stage);
-    if (refill.charged()) ps.refillShare = refill.share.at(s.stage);
-    ps.time = s.time + ps.refill;
-    ps.savedBytes = s.savedBytes;
-    ps.keptBytes = s.keptBytes;
-    ps.swappedBytes = s.swappedBytes;
-    ps.recomputedBytes = s.recomputedBytes;
-    ps.staticBytes = s.staticBytes;
-    ps.peakBytes = s.peakBytes;
-    ps.boundaryBytes = s.boundaryBytes;
-    ps.heldBytes = s.heldBytes;
-    ps.transientBytes = s.transientBytes;
-    ps.windowBytes = s.windowBytes;
-    if (costs) {
-      const auto& t = costs->times.at(s.stage);
-      ps.scheduleForward = t.forward;
-      ps.scheduleBackwardInput = t.backwardInput;
-      ps.scheduleBackwardWeight = t.backwardWeight;
-    }
+    PlanStage ps = planStageOf(s, split[s.stage], predicted, refill, costs);
     addDecisions(plan, graph, problem, s);
     // Simulated schedules count communication as latency, not as busy time.
     busy += st.microBatches * ((problem.inFlightPerStage.empty() ? s.time : s.time - s.comm) + ps.refill);
