@@ -100,6 +100,47 @@ void setScheduleHoldings(Problem& p, const OpGraph& graph, const Profile& profil
   }
 }
 
+// Where the graph may be cut (both ends always) and the bytes live across
+// each cut; at node 0, the data.
+void setCuts(Problem& p, const OpGraph& graph) {
+  const int n = graph.numNodes();
+  p.cutBytes.assign(n + 1, 0);
+  p.validCut.assign(n + 1, 0);
+  p.validCut[0] = p.validCut[n] = 1;
+  for (auto& in : graph.inputs()) {
+    if (in.kind == InputKind::Data) p.cutBytes[0] += in.value.bytes();
+  }
+  for (int c : graph.validCuts()) {
+    p.validCut[c] = 1;
+    for (auto& v : graph.liveAcross(c)) p.cutBytes[c] += v.bytes();
+  }
+}
+
+// The swap tier's costs (none unless swapping is on and both bandwidths were
+// measured) and its window.
+void setSwapTier(Problem& p, const MachineProfile& m, const PlanSettings& st) {
+  p.swapSecondsPerByte = st.swap && m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
+                             ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
+                             : 0.0;
+  p.swapCpuSecondsPerByte = p.swapSecondsPerByte > 0 ? m.swapCpuSecondsPerByte : 0.0;
+  p.swapWindowBytes = st.swapWindowBytes;
+  p.swapWindowShare = st.swapWindowShare;
+  if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
+}
+
+// A memory policy other than plan: what the partitioner may no longer free
+// (under `none`, a parameter writer at n, the graph's end, bars every recompute).
+void applyMemoryPolicy(Problem& p, memory::MemoryPolicy policy, int n) {
+  if (policy != memory::MemoryPolicy::Plan) {
+    // Nothing is left for the partitioner to free: `none` keeps everything and
+    // full_recompute's choices are fixed (fullRecomputeChoices).
+    p.swapSecondsPerByte = 0;
+    if (policy == memory::MemoryPolicy::None) {
+      for (auto& s : p.storages) s.lastParamWriter = n;
+    }
+  }
+}
+
 }  // namespace
 
 Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
@@ -114,30 +155,14 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
   }
   p.sharedParams = sharedParams(graph);
   p.storages = savedStorages(graph, profile.facts);
-  p.cutBytes.assign(n + 1, 0);
-  p.validCut.assign(n + 1, 0);
-  p.validCut[0] = p.validCut[n] = 1;
-  for (auto& in : graph.inputs()) {
-    if (in.kind == InputKind::Data) p.cutBytes[0] += in.value.bytes();
-  }
-  for (int c : graph.validCuts()) {
-    p.validCut[c] = 1;
-    for (auto& v : graph.liveAcross(c)) p.cutBytes[c] += v.bytes();
-  }
+  setCuts(p, graph);
   p.lossSeconds = profile.lossForwardSeconds + profile.lossBackwardSeconds;
   p.lossSavedBytes = profile.lossSavedBytes;
   p.lossWorkspace = profile.lossWorkspaceBytes;
   p.dataBytes = profile.dataBytes;
   p.p2pBandwidth = profile.machine.p2pBandwidth;
   p.p2pLatency = profile.machine.p2pLatency;
-  const auto& m = profile.machine;
-  p.swapSecondsPerByte = st.swap && m.swapWriteBandwidth > 0 && m.swapReadBandwidth > 0
-                             ? 1.0 / m.swapWriteBandwidth + 1.0 / m.swapReadBandwidth
-                             : 0.0;
-  p.swapCpuSecondsPerByte = p.swapSecondsPerByte > 0 ? m.swapCpuSecondsPerByte : 0.0;
-  p.swapWindowBytes = st.swapWindowBytes;
-  p.swapWindowShare = st.swapWindowShare;
-  if (p.swapWindowBytes == 0 && (p.swapWindowShare == 0 || st.budgetBytes == 0)) p.swapWindowBytes = 64ll << 20;
+  setSwapTier(p, profile.machine, st);
   SLUICE_CHECK(st.chunks >= 1, PlanError, "partition: chunks per rank must be >= 1, got " << st.chunks);
   p.stages = st.stages * st.chunks;
   p.microBatches = st.microBatches;
@@ -151,14 +176,7 @@ Problem makeProblem(const OpGraph& graph, const Profile& profile, const PlanSett
     p.stepRanks = st.dataParallel;
     p.stepBucketBytes = st.distAdamBucketBytes;
   }
-  if (st.policy != memory::MemoryPolicy::Plan) {
-    // Nothing is left for the partitioner to free: `none` keeps everything and
-    // full_recompute's choices are fixed (fullRecomputeChoices).
-    p.swapSecondsPerByte = 0;
-    if (st.policy == memory::MemoryPolicy::None) {
-      for (auto& s : p.storages) s.lastParamWriter = n;
-    }
-  }
+  applyMemoryPolicy(p, st.policy, n);
   p.unitBytes = memoryUnit(p);  // fixed once (Note [memory unit])
   p.validate();
   return p;
