@@ -42,28 +42,25 @@ int64_t Profile::totalSaved() const {
 
 namespace {
 constexpr const char* kProfileFormat = "sluice-profile-3";
-}  // namespace
 
-void Profile::save(const std::string& path) const {
-  proto::Profile p;
-  p.set_format(kProfileFormat);
-  p.set_graph_hash(graphHash);
-  p.set_iterations(iterations);
-  for (auto& n : nodes) {
-    auto* pn = p.add_nodes();
-    pn->set_index(n.index);
-    pn->set_op(n.op);
-    pn->set_forward_s(n.forwardSeconds);
-    pn->set_backward_s(n.backwardSeconds);
-    pn->set_weight_backward_s(n.weightBackwardSeconds);
-    pn->set_output_bytes(n.outputBytes);
-    pn->set_saved_bytes(n.savedBytes);
-    pn->set_param_bytes(n.paramBytes);
-    pn->set_recomputable(n.recomputable);
-    pn->set_random(n.random);
-    pn->set_workspace_bytes(n.workspaceBytes);
-    pn->set_forward_workspace_bytes(n.forwardWorkspaceBytes);
-  }
+void nodeToProto(const NodeProfile& n, proto::NodeProfile* pn) {
+  pn->set_index(n.index);
+  pn->set_op(n.op);
+  pn->set_forward_s(n.forwardSeconds);
+  pn->set_backward_s(n.backwardSeconds);
+  pn->set_weight_backward_s(n.weightBackwardSeconds);
+  pn->set_output_bytes(n.outputBytes);
+  pn->set_saved_bytes(n.savedBytes);
+  pn->set_param_bytes(n.paramBytes);
+  pn->set_recomputable(n.recomputable);
+  pn->set_random(n.random);
+  pn->set_workspace_bytes(n.workspaceBytes);
+  pn->set_forward_workspace_bytes(n.forwardWorkspaceBytes);
+}
+
+// The memory facts: every saved storage, and per node its outputs' storages
+// and whether it writes a parameter.
+void factsToProto(const memory::MemoryFacts& facts, proto::Profile& p) {
   for (auto& f : facts.storages) {
     auto* q = p.add_storages();
     q->set_node(f.key.node);
@@ -82,6 +79,27 @@ void Profile::save(const std::string& path) const {
       o->set_slot(v.key.slot);
     }
   }
+}
+
+void machineToProto(const MachineProfile& machine, proto::MachineProfile* m) {
+  m->set_p2p_bandwidth_bytes_per_s(machine.p2pBandwidth);
+  m->set_p2p_latency_s(machine.p2pLatency);
+  m->set_swap_write_bytes_per_s(machine.swapWriteBandwidth);
+  m->set_swap_read_bytes_per_s(machine.swapReadBandwidth);
+  m->set_swap_cpu_s_per_byte(machine.swapCpuSecondsPerByte);
+  m->set_threads(machine.threads);
+  m->set_blas(machine.blas);
+}
+
+}  // namespace
+
+void Profile::save(const std::string& path) const {
+  proto::Profile p;
+  p.set_format(kProfileFormat);
+  p.set_graph_hash(graphHash);
+  p.set_iterations(iterations);
+  for (auto& n : nodes) nodeToProto(n, p.add_nodes());
+  factsToProto(facts, p);
   p.set_loss_saved_bytes(lossSavedBytes);
   p.set_loss_workspace_bytes(lossWorkspaceBytes);
   p.set_loss_forward_s(lossForwardSeconds);
@@ -96,14 +114,7 @@ void Profile::save(const std::string& path) const {
     q->set_end_node(piece.endNode);
     q->set_share(piece.share);
   }
-  auto* m = p.mutable_machine();
-  m->set_p2p_bandwidth_bytes_per_s(machine.p2pBandwidth);
-  m->set_p2p_latency_s(machine.p2pLatency);
-  m->set_swap_write_bytes_per_s(machine.swapWriteBandwidth);
-  m->set_swap_read_bytes_per_s(machine.swapReadBandwidth);
-  m->set_swap_cpu_s_per_byte(machine.swapCpuSecondsPerByte);
-  m->set_threads(machine.threads);
-  m->set_blas(machine.blas);
+  machineToProto(machine, p.mutable_machine());
   writeFileAtomically(path, p.SerializeAsString());
 }
 
