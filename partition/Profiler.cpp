@@ -288,31 +288,58 @@ void setIsolatedTimes(const std::vector<std::vector<double>>& fwd, const std::ve
   }
 }
 
-}  // namespace
+// What the isolated runs measure, per node: the timed runs' forward and
+// backward seconds, the backward's workspace and the weight share of the
+// backward (0.5 where it was not measured).
+struct IsolatedRuns {
+  std::vector<std::vector<double>> fwd, bwd;
+  std::vector<int64_t> backwardWorkspace;
+  std::vector<double> weightShare;
+};
 
-Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options) {
+// One graph node (index) timed alone: its forward on its isolated inputs
+// (which leaves its outputs on their stack), then its backward
+// (timeBackward); the first run also records its output bytes.
+void timeNodeAlone(const OpGraph& g, const NodeProgram& program, int pos, int index, IsolatedInputs& isolated,
+                   bool first, bool last, bool timed, NodeProfile& p, IsolatedRuns& runs) {
+  auto& stack = isolated.stack;
+  auto t0 = now();
+  program.runNode(pos, stack);
+  auto t1 = now();
+  std::vector<torch::Tensor> outs, grads, roots;
+  for (auto& v : stack) tensorsIn(v, outs);
+  if (first) {
+    p.outputBytes = 0;
+    for (auto& t : outs) p.outputBytes += static_cast<int64_t>(t.nbytes());
+  }
+  const int64_t before = allocated();
+  for (auto& t : outs) {
+    if (t.requires_grad()) {
+      roots.push_back(t);
+      grads.push_back(torch::ones_like(t));
+    }
+  }
+  const double backward = timeBackward(g, index, isolated, roots, grads, first, last, before,
+                                       runs.backwardWorkspace[index], runs.weightShare[index]);
+  if (timed) {
+    runs.fwd[index].push_back(seconds(t0, t1));
+    runs.bwd[index].push_back(backward);
+  }
+}
+
+// Timing: every node alone, on detached copies of its inputs, over the
+// warmup and timed runs.
+IsolatedRuns timeNodesAlone(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options,
+                            Profile& profile) {
   auto& graph = *g.graph();
-  SLUICE_CHECK(inputs.size() == graph.inputs().size(), GraphError,
-               "profile: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
-  memory::installCountingAllocator();
-  profiled = deviceOf(inputs);
   std::unordered_map<const torch::jit::Node*, int> indexOf;
   for (auto& n : g.nodes()) indexOf[n.irNode] = n.index;
-
-  Profile profile;
-  profile.graphHash = g.hash();
-  profile.iterations = options.iterations;
-  profile.nodes.resize(g.numNodes());
-  std::vector<int64_t> forwardWorkspace, backwardWorkspace(g.numNodes(), 0);
-  profileMemory(g, inputs, profile, forwardWorkspace);
-  forwardWorkspace.resize(g.numNodes(), 0);
-  std::vector<std::vector<double>> fwd(g.numNodes()), bwd(g.numNodes());
-  std::vector<double> weightShare(g.numNodes(), 0.5);
-  describeNodes(g, profile);
-
+  IsolatedRuns out;
+  out.fwd.resize(g.numNodes());
+  out.bwd.resize(g.numNodes());
+  out.backwardWorkspace.assign(g.numNodes(), 0);
+  out.weightShare.assign(g.numNodes(), 0.5);
   const auto fromParams = valuesFromParams(g);
-
-  // Timing: every node alone, on detached copies of its inputs.
   NodeProgram program(g.graph());
   const int runs = options.warmup + options.iterations;
   for (int run = 0; run < runs; ++run) {
@@ -329,29 +356,8 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       if (!indexed) {
         program.runNode(pos, stack);
       } else {
-        auto& p = profile.nodes[found->second];
-        auto t0 = now();
-        program.runNode(pos, stack);
-        auto t1 = now();
-        std::vector<torch::Tensor> outs, grads, roots;
-        for (auto& v : stack) tensorsIn(v, outs);
-        if (first) {
-          p.outputBytes = 0;
-          for (auto& t : outs) p.outputBytes += static_cast<int64_t>(t.nbytes());
-        }
-        const int64_t before = allocated();
-        for (auto& t : outs) {
-          if (t.requires_grad()) {
-            roots.push_back(t);
-            grads.push_back(torch::ones_like(t));
-          }
-        }
-        const double backward = timeBackward(g, found->second, isolated, roots, grads, first, run == runs - 1, before,
-                                             backwardWorkspace[found->second], weightShare[found->second]);
-        if (timed) {
-          fwd[found->second].push_back(seconds(t0, t1));
-          bwd[found->second].push_back(backward);
-        }
+        timeNodeAlone(g, program, pos, found->second, isolated, first, run == runs - 1, timed,
+                      profile.nodes[found->second], out);
       }
       for (size_t i = 0; i < node->outputs().size(); ++i) {
         IValue v = stack.at(i);
@@ -360,10 +366,32 @@ Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs,
       }
     }
   }
-  setIsolatedTimes(fwd, bwd, forwardWorkspace, backwardWorkspace, profile);
+  return out;
+}
+
+}  // namespace
+
+Profile profileGraph(const OpGraph& g, const std::vector<torch::Tensor>& inputs, const ProfileOptions& options) {
+  auto& graph = *g.graph();
+  SLUICE_CHECK(inputs.size() == graph.inputs().size(), GraphError,
+               "profile: the graph has " << graph.inputs().size() << " inputs, got " << inputs.size());
+  memory::installCountingAllocator();
+  profiled = deviceOf(inputs);
+
+  Profile profile;
+  profile.graphHash = g.hash();
+  profile.iterations = options.iterations;
+  profile.nodes.resize(g.numNodes());
+  std::vector<int64_t> forwardWorkspace;
+  profileMemory(g, inputs, profile, forwardWorkspace);
+  forwardWorkspace.resize(g.numNodes(), 0);
+  describeNodes(g, profile);
+
+  const auto isolated = timeNodesAlone(g, inputs, options, profile);
+  setIsolatedTimes(isolated.fwd, isolated.bwd, forwardWorkspace, isolated.backwardWorkspace, profile);
   if (options.inContext) timeNodesInContext(g, inputs, options, profile);
   for (int i = 0; i < g.numNodes(); ++i) {
-    profile.nodes[i].weightBackwardSeconds = weightShare[i] * profile.nodes[i].backwardSeconds;
+    profile.nodes[i].weightBackwardSeconds = isolated.weightShare[i] * profile.nodes[i].backwardSeconds;
   }
   return profile;
 }
