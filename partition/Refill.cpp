@@ -118,6 +118,64 @@ std::pair<std::vector<Piece>, std::vector<std::vector<torch::Tensor>>> preparePi
   return {std::move(pieces), std::move(stacks)};
 }
 
+// The rounds to run: options.rounds, or (0) as many as fit in the budget.
+int refillRounds(const Profile& profile, const RefillOptions& options, size_t n) {
+  int rounds = options.rounds;
+  if (rounds == 0) {  // the same on every rank: from the (averaged) profile
+    const double model = profile.totalForward() + profile.totalBackward();
+    const double perRound = (1 + 2 * options.passes) * model + static_cast<double>(n * options.passes) * options.waitSeconds;
+    rounds = std::clamp(static_cast<int>(options.budgetSeconds / std::max(perRound, 1e-9)), 3, 8);
+  }
+  return rounds;
+}
+
+// One forward and backward of piece k on its inputs.
+void runPass(std::vector<Piece>& pieces, const std::vector<std::vector<torch::Tensor>>& stacks, size_t k) {
+  pieces[k].forward(stacks[k]);
+  pieces[k].backward();
+}
+
+// On the measuring rank: piece k's median pass back to back (warm, times[0])
+// and right after a wait (cold, times[1]).
+void measureWarmCold(std::vector<Piece>& pieces, const std::vector<std::vector<torch::Tensor>>& stacks, size_t k,
+                     const RefillOptions& options, torch::Tensor& times) {
+  // Medians of short blocks: a single pass here varies by +-20% from one to the next.
+  std::vector<double> w, c;
+  runPass(pieces, stacks, k);  // untimed: the piece's own data in cache, as a stage running back to back
+  for (int i = 0; i < options.passes; ++i) w.push_back(timed([&] { runPass(pieces, stacks, k); }));
+  for (int i = 0; i < options.passes; ++i) {
+    waitIdle(options.waitSeconds);
+    c.push_back(timed([&] { runPass(pieces, stacks, k); }));
+  }
+  times[0] = median(w);
+  times[1] = median(c);
+}
+
+// Piece k's turn in a round: the measuring rank times it while the others
+// run other pieces beside it (next: a co-runner's next piece) or wait; the
+// sum over the ranks gives every rank its (warm, cold) times.
+std::pair<double, double> pieceTimes(const Communicator& comm, bool measures, std::vector<Piece>& pieces,
+                                     const std::vector<std::vector<torch::Tensor>>& stacks, size_t k,
+                                     const RefillOptions& options, size_t& next) {
+  const size_t n = pieces.size();
+  comm.barrier();
+  auto times = torch::zeros({2}, torch::kFloat64);
+  if (measures) {
+    measureWarmCold(pieces, stacks, k, options, times);
+    comm.iallReduce(times).wait();
+  } else if (hostOversubscribed()) {
+    comm.iallReduce(times).wait();  // a busy co-runner would take the measuring rank's core
+  } else {
+    auto done = comm.iallReduce(times);
+    while (!done.test()) {
+      if (n > 1 && next == k) next = (next + 1) % n;
+      runPass(pieces, stacks, next);
+      next = (next + 1) % n;
+    }
+  }
+  return {times[0].item<double>(), times[1].item<double>()};
+}
+
 }  // namespace
 
 std::vector<int> refillCuts(const OpGraph& graph, const Profile& profile, int pieces) {
@@ -171,45 +229,13 @@ RefillProfile measureRefill(const OpGraph& graph, const std::vector<torch::Tenso
   const size_t n = pieces.size();
   std::vector<std::vector<double>> warm(n), cold(n);
   size_t next = 0;  // a co-runner's next piece
-  auto pass = [&](size_t k) {
-    pieces[k].forward(stacks[k]);
-    pieces[k].backward();
-  };
-  int rounds = options.rounds;
-  if (rounds == 0) {  // the same on every rank: from the (averaged) profile
-    const double model = profile.totalForward() + profile.totalBackward();
-    const double perRound = (1 + 2 * options.passes) * model + static_cast<double>(n * options.passes) * options.waitSeconds;
-    rounds = std::clamp(static_cast<int>(options.budgetSeconds / std::max(perRound, 1e-9)), 3, 8);
-  }
+  const int rounds = refillRounds(profile, options, n);
   for (int round = 0; round < rounds; ++round) {
     const bool measures = round % comm.size() == comm.rank();
     for (size_t k = 0; k < n; ++k) {
-      comm.barrier();
-      auto times = torch::zeros({2}, torch::kFloat64);
-      if (measures) {
-        // Medians of short blocks: a single pass here varies by +-20% from one to the next.
-        std::vector<double> w, c;
-        pass(k);  // untimed: the piece's own data in cache, as a stage running back to back
-        for (int i = 0; i < options.passes; ++i) w.push_back(timed([&] { pass(k); }));
-        for (int i = 0; i < options.passes; ++i) {
-          waitIdle(options.waitSeconds);
-          c.push_back(timed([&] { pass(k); }));
-        }
-        times[0] = median(w);
-        times[1] = median(c);
-        comm.iallReduce(times).wait();
-      } else if (hostOversubscribed()) {
-        comm.iallReduce(times).wait();  // a busy co-runner would take the measuring rank's core
-      } else {
-        auto done = comm.iallReduce(times);
-        while (!done.test()) {
-          if (n > 1 && next == k) next = (next + 1) % n;
-          pass(next);
-          next = (next + 1) % n;
-        }
-      }
-      warm[k].push_back(times[0].item<double>());
-      cold[k].push_back(times[1].item<double>());
+      const auto [w, c] = pieceTimes(comm, measures, pieces, stacks, k, options, next);
+      warm[k].push_back(w);
+      cold[k].push_back(c);
     }
   }
   RefillProfile out;
