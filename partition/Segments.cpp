@@ -67,6 +67,52 @@ std::vector<int> segmentInputs(const OpGraph& g, const memory::MemoryFacts& fact
   return {inputs.begin(), inputs.end()};
 }
 
+using ProducedBy = std::unordered_map<std::string, std::pair<int, int>>;  // value -> (node, output)
+using FactByKey = std::map<memory::StorageKey, const memory::StorageFact*>;
+
+// What recomputing saved storage f re-runs (Segments.h): its producer and its
+// in-place writers before its first saver, closed over the inputs that must
+// be rebuilt.
+std::set<int> recomputeSegment(const OpGraph& g, const memory::MemoryFacts& facts, const ProducedBy& producedBy,
+                               const FactByKey& byKey, const memory::StorageFact& f) {
+  auto isSaved = [&](const memory::StorageKey& k) {
+    auto it = byKey.find(k);
+    return it != byKey.end() && !it->second->savers.empty();
+  };
+  const int producer = f.key.node, firstSaver = f.savers.front();
+  std::set<int> segment{producer};
+  std::vector<int> work{producer};
+  auto addWriters = [&](const memory::StorageFact& fact, int before) {
+    for (int w : fact.writers) {
+      if (w < before && segment.insert(w).second) work.push_back(w);
+    }
+  };
+  addWriters(f, firstSaver + 1);
+  while (!work.empty()) {
+    const int node = work.back();
+    work.pop_back();
+    const auto* ir = g.nodes()[node].irNode;
+    for (auto* in : ir->inputs()) {
+      auto prod = producedBy.find(in->debugName());
+      if (prod == producedBy.end()) continue;  // a graph input or a constant
+      const auto [m, k] = prod->second;
+      const auto& vs = facts.outputs[m].at(k);
+      bool rebuild = false;
+      if (vs.kind == memory::ValueStorage::Node) {
+        rebuild = !isSaved(vs.key);
+        if (rebuild) {
+          auto fact = byKey.find(vs.key);
+          if (fact != byKey.end()) addWriters(*fact->second, node);
+        }
+      } else if (vs.kind == memory::ValueStorage::NotTensor) {
+        rebuild = holdsTensors(in->type());  // a list of tensors: rebuild the list
+      }
+      if (rebuild && segment.insert(m).second) work.push_back(m);
+    }
+  }
+  return segment;
+}
+
 }  // namespace
 
 std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFacts& facts) {
@@ -74,17 +120,13 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
   SLUICE_CHECK(static_cast<int>(facts.outputs.size()) == n, PlanError,
                "partition: the profile's memory facts cover " << facts.outputs.size() << " nodes, the graph has " << n
                                                               << "; profile this config again");
-  std::unordered_map<std::string, std::pair<int, int>> producedBy;  // value -> (node, output)
+  ProducedBy producedBy;
   for (auto& node : g.nodes()) {
     for (size_t i = 0; i < node.outputs.size(); ++i) producedBy[node.outputs[i].name] = {node.index, static_cast<int>(i)};
   }
   auto lastReader = lastReaders(g, facts);
-  std::map<memory::StorageKey, const memory::StorageFact*> byKey;
+  FactByKey byKey;
   for (auto& f : facts.storages) byKey[f.key] = &f;
-  auto isSaved = [&](const memory::StorageKey& k) {
-    auto it = byKey.find(k);
-    return it != byKey.end() && !it->second->savers.empty();
-  };
 
   std::vector<SavedStorage> out;
   std::map<memory::StorageKey, int> indexOf;  // into out
@@ -100,36 +142,7 @@ std::vector<SavedStorage> savedStorages(const OpGraph& g, const memory::MemoryFa
     s.firstSaver = f.savers.front();
     s.savers = f.savers;
     s.lastReader = std::max(f.savers.back(), lastReader.count(f.key) ? lastReader[f.key] : 0);
-    std::set<int> segment{s.producer};
-    std::vector<int> work{s.producer};
-    auto addWriters = [&](const memory::StorageFact& fact, int before) {
-      for (int w : fact.writers) {
-        if (w < before && segment.insert(w).second) work.push_back(w);
-      }
-    };
-    addWriters(f, s.firstSaver + 1);
-    while (!work.empty()) {
-      const int node = work.back();
-      work.pop_back();
-      const auto* ir = g.nodes()[node].irNode;
-      for (auto* in : ir->inputs()) {
-        auto prod = producedBy.find(in->debugName());
-        if (prod == producedBy.end()) continue;  // a graph input or a constant
-        const auto [m, k] = prod->second;
-        const auto& vs = facts.outputs[m].at(k);
-        bool rebuild = false;
-        if (vs.kind == memory::ValueStorage::Node) {
-          rebuild = !isSaved(vs.key);
-          if (rebuild) {
-            auto fact = byKey.find(vs.key);
-            if (fact != byKey.end()) addWriters(*fact->second, node);
-          }
-        } else if (vs.kind == memory::ValueStorage::NotTensor) {
-          rebuild = holdsTensors(in->type());  // a list of tensors: rebuild the list
-        }
-        if (rebuild && segment.insert(m).second) work.push_back(m);
-      }
-    }
+    const std::set<int> segment = recomputeSegment(g, facts, producedBy, byKey, f);
     s.segment.assign(segment.begin(), segment.end());
     s.inputs = segmentInputs(g, facts, producedBy, indexOf, segment, f.key);
     for (int node : s.segment) {
