@@ -70,6 +70,75 @@ void addSelfTimes(std::vector<Span> spans, std::map<std::string, double>& self) 
   }
 }
 
+// One traced step's profiler events: the trace events to add and what the summary is built from.
+struct StepEvents {
+  std::vector<TraceEvent> out;
+  std::unordered_map<uint64_t, std::vector<Span>> threads;  // host ops by thread
+  std::unordered_map<uint64_t, int> threadIndex;              // other threads, numbered in order of appearance
+  std::unordered_map<uint64_t, double> launches;              // correlation id -> launch call start (us)
+  std::vector<std::pair<double, double>> kernelSpans;
+  std::vector<std::pair<uint64_t, double>> kernelStarts;  // (correlation id, start)
+  std::map<std::string, double> kernelTime;
+  double first = 1e300, last = -1e300;
+};
+
+// Sorts the profiler's events, shifted onto the steady clock, into host ops, device work and syncs;
+// counts them in `s` (whose step tags the trace events).
+StepEvents collectStepEvents(const prof::ProfilerResult& result, double steadyMinusRealUs, DeviceStepSummary& s) {
+  const int64_t step = s.step;
+  const uint64_t self = at::RecordFunction::currentThreadId();
+  StepEvents ev;
+  for (const auto& e : result.events()) {
+    if (e.isHiddenEvent()) continue;
+    const double start = static_cast<double>(e.startNs()) / 1e3 + steadyMinusRealUs;
+    const double dur = static_cast<double>(e.durationNs()) / 1e3;
+    ev.first = std::min(ev.first, start);
+    ev.last = std::max(ev.last, start + dur);
+    const auto kind = static_cast<Kind>(e.activityType());
+    const std::string name = e.name();
+    if (kind == Kind::CPU_OP) {
+      ++s.ops;
+      const uint64_t tid = e.startThreadId();
+      std::string stream = "ops";
+      if (tid != self) {
+        const auto it = ev.threadIndex.emplace(tid, static_cast<int>(ev.threadIndex.size()) + 1).first;
+        stream = "ops (thread " + std::to_string(it->second) + ")";
+      }
+      ev.threads[tid].push_back({start, dur, name});
+      ev.out.push_back({name, stream, "op", step, -1, start, dur});
+    } else if (kind == Kind::CONCURRENT_KERNEL || kind == Kind::GPU_MEMCPY || kind == Kind::GPU_MEMSET) {
+      ++s.kernels;
+      ev.kernelSpans.emplace_back(start, start + dur);
+      ev.kernelStarts.emplace_back(e.correlationId(), start);
+      ev.kernelTime[name] += dur;
+      const char* cat = kind == Kind::CONCURRENT_KERNEL ? "kernel" : kind == Kind::GPU_MEMCPY ? "memcpy" : "memset";
+      ev.out.push_back({name, "kernels", cat, step, -1, start, dur});
+    } else if (kind == Kind::CUDA_RUNTIME || kind == Kind::CUDA_DRIVER) {
+      ev.launches[e.correlationId()] = start;
+      if (waitsForDevice(name)) {
+        ++s.syncs;
+        ev.out.push_back({name, "syncs", "sync", step, -1, start, dur});
+      }
+    }
+  }
+  return ev;
+}
+
+// How far the host ran ahead of the device: per kernel, its start minus its launch call's start.
+void setHostLead(const std::vector<std::pair<uint64_t, double>>& kernelStarts,
+                 const std::unordered_map<uint64_t, double>& launches, DeviceStepSummary& s) {
+  std::vector<double> leads;
+  for (const auto& [corr, start] : kernelStarts) {
+    const auto it = launches.find(corr);
+    if (it != launches.end()) leads.push_back(start - it->second);
+  }
+  if (!leads.empty()) {
+    std::sort(leads.begin(), leads.end());
+    s.leadMedianUs = leads[leads.size() / 2];
+    s.leadMaxUs = leads.back();
+  }
+}
+
 double unionUs(std::vector<std::pair<double, double>> iv) {
   std::sort(iv.begin(), iv.end());
   double total = 0, curStart = 0, curEnd = -1e300;
@@ -143,64 +212,15 @@ DeviceStepSummary DeviceTrace::stop(TraceRecorder& trace, int64_t step) {
   const auto result = prof::disableProfiler();
   DeviceStepSummary s;
   s.step = step;
-  const uint64_t self = at::RecordFunction::currentThreadId();
-  std::vector<TraceEvent> out;
-  std::unordered_map<uint64_t, std::vector<Span>> threads;  // host ops by thread
-  std::unordered_map<uint64_t, int> threadIndex;              // other threads, numbered in order of appearance
-  std::unordered_map<uint64_t, double> launches;              // correlation id -> launch call start (us)
-  std::vector<std::pair<double, double>> kernelSpans;
-  std::vector<std::pair<uint64_t, double>> kernelStarts;  // (correlation id, start)
-  std::map<std::string, double> kernelTime, selfTime;
-  double first = 1e300, last = -1e300;
-  for (const auto& e : result->events()) {
-    if (e.isHiddenEvent()) continue;
-    const double start = static_cast<double>(e.startNs()) / 1e3 + steadyMinusRealUs_;
-    const double dur = static_cast<double>(e.durationNs()) / 1e3;
-    first = std::min(first, start);
-    last = std::max(last, start + dur);
-    const auto kind = static_cast<Kind>(e.activityType());
-    const std::string name = e.name();
-    if (kind == Kind::CPU_OP) {
-      ++s.ops;
-      const uint64_t tid = e.startThreadId();
-      std::string stream = "ops";
-      if (tid != self) {
-        const auto it = threadIndex.emplace(tid, static_cast<int>(threadIndex.size()) + 1).first;
-        stream = "ops (thread " + std::to_string(it->second) + ")";
-      }
-      threads[tid].push_back({start, dur, name});
-      out.push_back({name, stream, "op", step, -1, start, dur});
-    } else if (kind == Kind::CONCURRENT_KERNEL || kind == Kind::GPU_MEMCPY || kind == Kind::GPU_MEMSET) {
-      ++s.kernels;
-      kernelSpans.emplace_back(start, start + dur);
-      kernelStarts.emplace_back(e.correlationId(), start);
-      kernelTime[name] += dur;
-      const char* cat = kind == Kind::CONCURRENT_KERNEL ? "kernel" : kind == Kind::GPU_MEMCPY ? "memcpy" : "memset";
-      out.push_back({name, "kernels", cat, step, -1, start, dur});
-    } else if (kind == Kind::CUDA_RUNTIME || kind == Kind::CUDA_DRIVER) {
-      launches[e.correlationId()] = start;
-      if (waitsForDevice(name)) {
-        ++s.syncs;
-        out.push_back({name, "syncs", "sync", step, -1, start, dur});
-      }
-    }
-  }
-  for (auto& [tid, spans] : threads) addSelfTimes(std::move(spans), selfTime);
-  std::vector<double> leads;
-  for (const auto& [corr, start] : kernelStarts) {
-    const auto it = launches.find(corr);
-    if (it != launches.end()) leads.push_back(start - it->second);
-  }
-  if (!leads.empty()) {
-    std::sort(leads.begin(), leads.end());
-    s.leadMedianUs = leads[leads.size() / 2];
-    s.leadMaxUs = leads.back();
-  }
-  s.kernelBusyUs = unionUs(std::move(kernelSpans));
-  s.stepUs = last > first ? last - first : 0;
+  StepEvents ev = collectStepEvents(*result, steadyMinusRealUs_, s);
+  std::map<std::string, double> selfTime;
+  for (auto& [tid, spans] : ev.threads) addSelfTimes(std::move(spans), selfTime);
+  setHostLead(ev.kernelStarts, ev.launches, s);
+  s.kernelBusyUs = unionUs(std::move(ev.kernelSpans));
+  s.stepUs = ev.last > ev.first ? ev.last - ev.first : 0;
   s.topOps = top(selfTime, 8);
-  s.topKernels = top(kernelTime, 8);
-  trace.addEvents(std::move(out));
+  s.topKernels = top(ev.kernelTime, 8);
+  trace.addEvents(std::move(ev.out));
   return s;
 }
 
