@@ -41,16 +41,14 @@ std::map<int, std::vector<int>> stageReaders(const OpGraph& g, int begin, int en
   return readersOf;
 }
 
-StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName,
-                      const std::map<int, std::vector<int>>& wholeReaders, int index, int begin, int end) {
-  StageGraph st;
-  st.index = index;
-  st.firstNode = begin;
-  st.endNode = end;
-  st.graph = std::make_shared<torch::jit::Graph>();
+// Adds the stage's inputs to its graph: its boundary values, then its parameters and buffers (Note [reader
+// inputs]); maps each original input value to its stage input in `env`. Returns, for a parameter with one input
+// per reading node, (node, input index) -> that node's own input.
+std::map<std::pair<int, int>, Value*> addStageInputs(const OpGraph& g,
+                                                     const std::unordered_map<std::string, Value*>& byName,
+                                                     const std::map<int, std::vector<int>>& wholeReaders, int begin,
+                                                     int end, StageGraph& st, std::unordered_map<Value*, Value*>& env) {
   auto& out = *st.graph;
-  std::unordered_map<Value*, Value*> env;
-
   auto addInput = [&](Value* orig) {
     Value* v = out.addInput();
     v->setType(orig->type());
@@ -79,6 +77,20 @@ StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Va
       if (perReader) readerInput[{readers[k], idx}] = env.at(orig);
     }
   }
+  return readerInput;
+}
+
+StageGraph buildStage(const OpGraph& g, const std::unordered_map<std::string, Value*>& byName,
+                      const std::map<int, std::vector<int>>& wholeReaders, int index, int begin, int end) {
+  StageGraph st;
+  st.index = index;
+  st.firstNode = begin;
+  st.endNode = end;
+  st.graph = std::make_shared<torch::jit::Graph>();
+  auto& out = *st.graph;
+  std::unordered_map<Value*, Value*> env;
+
+  const auto readerInput = addStageInputs(g, byName, wholeReaders, begin, end, st, env);
 
   std::function<Value*(Value*)> lookup = [&](Value* v) -> Value* {
     auto it = env.find(v);
