@@ -70,6 +70,35 @@ void runStructural(StepKind kind, const c10::TypePtr& listElement, const torch::
 
 }  // namespace
 
+// How a node runs: its constant, its structural kind, or its registered operation (checked to exist).
+NodeProgram::Step NodeProgram::compileStep(torch::jit::Node* node) {
+  Step step;
+  const auto kind = node->kind();
+  if (kind == c10::prim::Constant) {
+    step.kind = StepKind::Constant;
+    auto value = torch::jit::toIValue(node->output());
+    SLUICE_CHECK(value.has_value(), GraphError, "cannot evaluate constant " << node->output()->debugName());
+    step.constant = *value;
+  } else if (kind == c10::prim::ListConstruct) {
+    step.kind = StepKind::ListConstruct;
+    step.listElement = node->output()->type()->expectRef<c10::ListType>().getElementType();
+  } else if (kind == c10::prim::TupleConstruct) {
+    step.kind = StepKind::TupleConstruct;
+  } else if (kind == c10::prim::ListUnpack || kind == c10::prim::TupleUnpack) {
+    step.kind = StepKind::Unpack;
+  } else {
+    SLUICE_CHECK(node->blocks().empty(), GraphError,
+                 "node " << kind.toQualString() << " has sub-blocks (control flow); Sluice runs straight-line graphs: "
+                         << "trace the model, or remove data-dependent control flow");
+    SLUICE_CHECK(node->maybeOperator(), GraphError,
+                 "no operator is registered for node " << kind.toQualString() << " (output %"
+                                                       << (node->outputs().empty() ? "?" : node->output(0)->debugName())
+                                                       << ")");
+    step.operation.emplace(node->getOperation());
+  }
+  return step;
+}
+
 NodeProgram::NodeProgram(std::shared_ptr<torch::jit::Graph> graph, std::vector<int> streamIds)
     : graph_(std::move(graph)) {
   std::unordered_map<const torch::jit::Value*, int> slot;
@@ -78,30 +107,7 @@ NodeProgram::NodeProgram(std::shared_ptr<torch::jit::Graph> graph, std::vector<i
   for (auto* node : graph_->nodes()) {
     const int pos = static_cast<int>(nodes_.size());
     nodes_.push_back(node);
-    Step step;
-    const auto kind = node->kind();
-    if (kind == c10::prim::Constant) {
-      step.kind = StepKind::Constant;
-      auto value = torch::jit::toIValue(node->output());
-      SLUICE_CHECK(value.has_value(), GraphError, "cannot evaluate constant " << node->output()->debugName());
-      step.constant = *value;
-    } else if (kind == c10::prim::ListConstruct) {
-      step.kind = StepKind::ListConstruct;
-      step.listElement = node->output()->type()->expectRef<c10::ListType>().getElementType();
-    } else if (kind == c10::prim::TupleConstruct) {
-      step.kind = StepKind::TupleConstruct;
-    } else if (kind == c10::prim::ListUnpack || kind == c10::prim::TupleUnpack) {
-      step.kind = StepKind::Unpack;
-    } else {
-      SLUICE_CHECK(node->blocks().empty(), GraphError,
-                   "node " << kind.toQualString() << " has sub-blocks (control flow); Sluice runs straight-line graphs: "
-                           << "trace the model, or remove data-dependent control flow");
-      SLUICE_CHECK(node->maybeOperator(), GraphError,
-                   "no operator is registered for node " << kind.toQualString() << " (output %"
-                                                         << (node->outputs().empty() ? "?" : node->output(0)->debugName())
-                                                         << ")");
-      step.operation.emplace(node->getOperation());
-    }
+    Step step = compileStep(node);
     step.random = drawsRandom(node);
     if (pos < static_cast<int>(streamIds.size())) step.streamId = streamIds[pos];
     for (auto* in : node->inputs()) {

@@ -76,6 +76,7 @@ class NodeProgram {
 
  private:
   struct Step;
+  static Step compileStep(torch::jit::Node* node);
   std::shared_ptr<torch::jit::Graph> graph_;
   std::vector<torch::jit::Node*> nodes_;
   std::vector<Step> steps_;
