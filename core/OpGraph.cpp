@@ -87,6 +87,44 @@ bool OpGraph::isConstantLike(const torch::jit::Node* node) const {
   return true;
 }
 
+// Records the values `node` makes and, unless it is constant-like, appends it as an OpNode with its reads.
+void OpGraph::indexNode(torch::jit::Node* node, const std::unordered_map<const torch::jit::Value*, int>& inputIdx) {
+  // Note [requires grad by dataflow]: the tracer's types do not always say
+  // that a value requires grad (e.g. the convolution feeding a training-mode
+  // BatchNorm); a floating tensor made from anything that requires grad
+  // does. Stage boundaries exchange gradients by this flag, so missing it
+  // would silently cut the gradient at a cut; having it where the op is not
+  // differentiable only sends a zero gradient back.
+  bool gradIn = false;
+  for (auto* in : node->inputs()) {
+    auto it = values_.find(in->debugName());
+    gradIn = gradIn || (it != values_.end() && it->second.requiresGrad);
+  }
+  for (auto* out : node->outputs()) {
+    auto info = infoOf(out);
+    if (gradIn && info.isTensor && c10::isFloatingType(info.dtype)) info.requiresGrad = true;
+    values_[out->debugName()] = info;
+  }
+  if (isConstantLike(node)) return;
+  OpNode op;
+  op.index = static_cast<int>(nodes_.size());
+  op.op = node->kind().toQualString();
+  op.irNode = node;
+  for (auto* in : node->inputs()) {
+    op.inputs.push_back(in->debugName());
+    auto it = inputIdx.find(in);
+    if (it != inputIdx.end() && inputs_[it->second].kind != InputKind::Data) op.params.push_back(inputs_[it->second].name);
+    auto& last = lastUse_[in->debugName()];
+    last = std::max(last, op.index);
+  }
+  for (auto* out : node->outputs()) {
+    op.outputs.push_back(values_[out->debugName()]);
+    producer_[out->debugName()] = op.index;
+    liveCandidates_.push_back(out->debugName());
+  }
+  nodes_.push_back(std::move(op));
+}
+
 void OpGraph::buildIndex() {
   nodes_.clear();
   values_.clear();
@@ -103,42 +141,7 @@ void OpGraph::buildIndex() {
       liveCandidates_.push_back(v->debugName());
     }
   }
-  for (auto* node : graph_->nodes()) {
-    // Note [requires grad by dataflow]: the tracer's types do not always say
-    // that a value requires grad (e.g. the convolution feeding a training-mode
-    // BatchNorm); a floating tensor made from anything that requires grad
-    // does. Stage boundaries exchange gradients by this flag, so missing it
-    // would silently cut the gradient at a cut; having it where the op is not
-    // differentiable only sends a zero gradient back.
-    bool gradIn = false;
-    for (auto* in : node->inputs()) {
-      auto it = values_.find(in->debugName());
-      gradIn = gradIn || (it != values_.end() && it->second.requiresGrad);
-    }
-    for (auto* out : node->outputs()) {
-      auto info = infoOf(out);
-      if (gradIn && info.isTensor && c10::isFloatingType(info.dtype)) info.requiresGrad = true;
-      values_[out->debugName()] = info;
-    }
-    if (isConstantLike(node)) continue;
-    OpNode op;
-    op.index = static_cast<int>(nodes_.size());
-    op.op = node->kind().toQualString();
-    op.irNode = node;
-    for (auto* in : node->inputs()) {
-      op.inputs.push_back(in->debugName());
-      auto it = inputIdx.find(in);
-      if (it != inputIdx.end() && inputs_[it->second].kind != InputKind::Data) op.params.push_back(inputs_[it->second].name);
-      auto& last = lastUse_[in->debugName()];
-      last = std::max(last, op.index);
-    }
-    for (auto* out : node->outputs()) {
-      op.outputs.push_back(values_[out->debugName()]);
-      producer_[out->debugName()] = op.index;
-      liveCandidates_.push_back(out->debugName());
-    }
-    nodes_.push_back(std::move(op));
-  }
+  for (auto* node : graph_->nodes()) indexNode(node, inputIdx);
   outputs_.clear();
   for (auto* out : graph_->outputs()) {
     outputs_.push_back(out->debugName());

@@ -108,6 +108,7 @@ class OpGraph {
 
  private:
   void buildIndex();
+  void indexNode(torch::jit::Node* node, const std::unordered_map<const torch::jit::Value*, int>& inputIdx);
   void findInPlaceWrites();
 
   std::shared_ptr<torch::jit::Graph> graph_;
