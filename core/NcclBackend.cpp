@@ -22,92 +22,13 @@
 #include "core/Error.h"
 #include "core/Log.h"
 #include "core/MpiBackend.h"
+#include "core/NcclChannel.h"
 #include "core/TransferGuard.h"
 
 namespace sluice {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string during() {
-  const std::string a = CommActivity::current();
-  return a.empty() ? "" : " (" + a + ")";
-}
-
-void ncclCheck(ncclResult_t rc, ncclComm_t comm, const std::string& op, int rank) {
-  if (rc == ncclSuccess) return;
-  const char* last = comm ? ncclGetLastError(comm) : nullptr;
-  throw CommError("NCCL " + op + " failed on rank " + std::to_string(rank) + during() + ": " +
-                  ncclGetErrorString(rc) + (last && *last ? std::string(" (") + last + ")" : std::string()));
-}
-
-void cudaCheck(cudaError_t rc, const std::string& op) {
-  if (rc == cudaSuccess) return;
-  throw CommError("CUDA " + op + " failed: " + cudaGetErrorString(rc));
-}
-
-ncclDataType_t ncclType(c10::ScalarType dtype, const char* op) {
-  switch (dtype) {
-    case c10::kFloat: return ncclFloat32;
-    case c10::kDouble: return ncclFloat64;
-    case c10::kHalf: return ncclFloat16;
-    case c10::kBFloat16: return ncclBfloat16;
-    case c10::kInt: return ncclInt32;
-    case c10::kLong: return ncclInt64;
-    default:
-      throw CommError(std::string(op) + ": dtype " + c10::toString(dtype) +
-                      " is not supported for reductions over NCCL (float, double, half, bfloat16, int32, int64)");
-  }
-}
-
-ncclRedOp_t ncclOp(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Average: return ncclSum;  // then a division: the same arithmetic as MPI
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
-  }
-  return ncclSum;
-}
-
-// One NCCL communicator and the stream its operations run on. Move-only;
-// destroys both (a communicator the watchdog aborted is already gone).
-class NcclChannel {
- public:
-  NcclChannel() = default;
-  NcclChannel(c10::DeviceIndex device) : device_(device) {
-    c10::cuda::CUDAGuard guard(device);
-    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  }
-  NcclChannel(NcclChannel&& o) noexcept { *this = std::move(o); }
-  NcclChannel& operator=(NcclChannel&& o) noexcept {
-    std::swap(comm_, o.comm_);
-    std::swap(stream_, o.stream_);
-    std::swap(device_, o.device_);
-    return *this;
-  }
-  NcclChannel(const NcclChannel&) = delete;
-  NcclChannel& operator=(const NcclChannel&) = delete;
-  ~NcclChannel() {
-    if (comm_) ncclCommDestroy(comm_);
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-
-  ncclComm_t* commSlot() { return &comm_; }
-  ncclComm_t comm() const { return comm_; }
-  bool valid() const { return stream_ != nullptr; }
-  c10::cuda::CUDAStream stream() const { return c10::cuda::getStreamFromExternal(stream_, device_); }
-  // From the watchdog: releases kernels and threads blocked in this communicator.
-  void abort() {
-    if (comm_) ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
-
- private:
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  c10::DeviceIndex device_ = 0;
-};
 
 // A received header, copied to pinned host memory; checked by the watchdog.
 struct HeaderCheck {
