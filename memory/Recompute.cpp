@@ -271,6 +271,43 @@ void adoptRebuilt(Record& target, int pos, std::vector<c10::IValue>& stack, std:
   }
 }
 
+// Replays group node positions[x] (Note [lean replay]): a target under grad mode, collecting what autograd saves
+// so that its new storages become the waiting records' rebuilt ones; any other node without autograd. Its outputs
+// join `env`, and the values no later group node reads leave it.
+template <class CapturedInput>
+void replayNode(Record& target, const std::vector<int>& positions, size_t x, bool isTarget,
+                const std::unordered_set<int>& inGroup, const std::unordered_map<int, size_t>& lastRead,
+                const CapturedInput& capturedInput, std::unordered_map<int, std::vector<c10::IValue>>& env) {
+  auto& c = *target.context;
+  const int pos = positions[x];
+  auto stack = replayStack(c, pos, isTarget, env, inGroup, capturedInput);
+  // Storages the node did not create: its inputs'.
+  std::vector<at::Tensor> known;
+  for (auto& v : stack) tensorsIn(v, known);
+  std::unordered_set<const c10::StorageImpl*> knownStorages;
+  for (auto& t : known) knownStorages.insert(storageOf(t));
+  std::vector<at::Tensor> packed;
+  if (isTarget) {
+    torch::AutoGradMode gradMode(true);
+    SavedTensorScope scope([&packed] { return std::make_unique<CollectingHooks>(&packed); });
+    c.program->runNode(pos, stack);
+  } else {
+    torch::NoGradGuard noGrad;
+    c.program->runNode(pos, stack);
+  }
+  if (isTarget) adoptRebuilt(target, pos, stack, packed, knownStorages);
+  env[pos] = std::move(stack);
+  // Values no later group node reads go now.
+  for (auto it = env.begin(); it != env.end();) {
+    auto last = lastRead.find(it->first);
+    if (last == lastRead.end() || last->second <= x) {
+      it = env.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 // The replay on the timeline, nested in the backward that asked for it.
 void traceRecompute(const Context& c, const TraceRecorder::Mark& mark, const std::vector<int>& positions) {
   const auto more = positions.size() - 1;
@@ -321,34 +358,8 @@ void recompute(Record& target) {
   keepGroupBuffers(c, positions, keepBuffers);  // Note [buffers in a replay]
   std::unordered_map<int, std::vector<c10::IValue>> env;  // position -> outputs
   for (size_t x = 0; x < positions.size(); ++x) {
-    const int pos = positions[x];
-    const bool isTarget = targets.count(c.nodeIndex[pos]) > 0;
-    auto stack = replayStack(c, pos, isTarget, env, inGroup, capturedInput);
-    // Storages the node did not create: its inputs'.
-    std::vector<at::Tensor> known;
-    for (auto& v : stack) tensorsIn(v, known);
-    std::unordered_set<const c10::StorageImpl*> knownStorages;
-    for (auto& t : known) knownStorages.insert(storageOf(t));
-    std::vector<at::Tensor> packed;
-    if (isTarget) {
-      torch::AutoGradMode gradMode(true);
-      SavedTensorScope scope([&packed] { return std::make_unique<CollectingHooks>(&packed); });
-      c.program->runNode(pos, stack);
-    } else {
-      torch::NoGradGuard noGrad;
-      c.program->runNode(pos, stack);
-    }
-    if (isTarget) adoptRebuilt(target, pos, stack, packed, knownStorages);
-    env[pos] = std::move(stack);
-    // Values no later group node reads go now.
-    for (auto it = env.begin(); it != env.end();) {
-      auto last = lastRead.find(it->first);
-      if (last == lastRead.end() || last->second <= x) {
-        it = env.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    const bool isTarget = targets.count(c.nodeIndex[positions[x]]) > 0;
+    replayNode(target, positions, x, isTarget, inGroup, lastRead, capturedInput, env);
   }
   keepBuffers.reset();  // autograd saved running_mean/var and checks their versions at unpack
   // Rebuilt: the captured inputs (and the records they pin) can go.
