@@ -114,6 +114,124 @@ void captureInputs(const detail::Context& c, detail::MicroBatchState& f, int pos
   }
 }
 
+// The plan's decisions by storage, and each recompute's segment as stage positions (checked against this stage).
+void indexSegments(detail::Context& c) {
+  for (size_t d = 0; d < c.plan.decisions.size(); ++d) {
+    const auto& dec = c.plan.decisions[d];
+    if (dec.action == TensorAction::Keep) continue;
+    SLUICE_CHECK(c.decisionOf.emplace(dec.key, static_cast<int>(d)).second, PlanError,
+                 "memory plan: two decisions for the storage (node " << dec.key.node << ", slot " << dec.key.slot << ")");
+    if (dec.action != TensorAction::Recompute) continue;
+    SLUICE_CHECK(!dec.segment.empty(), PlanError,
+                 "memory plan: the recompute of node " << dec.key.node << " has an empty segment");
+    for (int node : dec.segment) {
+      auto it = c.positionOf.find(node);
+      SLUICE_CHECK(it != c.positionOf.end(), PlanError,
+                   c.stageName << ": the memory plan recomputes node " << node << ", which is not in this stage; the plan "
+                               << "was made for other cuts");
+      c.segmentPositions[d].push_back(it->second);
+      c.inSegment[it->second] = 1;
+    }
+    std::sort(c.segmentPositions[d].begin(), c.segmentPositions[d].end());
+  }
+}
+
+// Which inputs of segment nodes forward must capture: those some segment
+// containing the node does not produce itself (Note in the header).
+void markCapturedInputs(detail::Context& c, const NodeProgram& program) {
+  const int n = program.numNodes();
+  for (int pos = 0; pos < n; ++pos) {
+    if (!c.inSegment[pos]) continue;
+    auto* node = program.node(pos);
+    c.randomNode[pos] = drawsRandom(node) ? 1 : 0;
+    c.captureInput[pos].assign(node->inputs().size(), 0);
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      const int producer = program.producerOf(node->inputs()[i]);
+      bool capture = producer < 0 || c.nodeIndex[producer] < 0;
+      for (size_t d = 0; d < c.segmentPositions.size() && !capture; ++d) {
+        const auto& seg = c.segmentPositions[d];
+        if (std::binary_search(seg.begin(), seg.end(), pos) && !std::binary_search(seg.begin(), seg.end(), producer)) {
+          capture = true;
+        }
+      }
+      c.captureInput[pos][i] = capture ? 1 : 0;
+    }
+  }
+}
+
+// Facts (recordFacts): where each output of OpGraph node `node` lives, registering the storages it made.
+void recordOutputFacts(detail::Context& c, const detail::MicroBatchState& f, int node,
+                       const std::vector<c10::IValue>& outputs) {
+  auto& facts = c.facts;
+  if (facts.outputs.size() <= static_cast<size_t>(node)) {
+    facts.outputs.resize(node + 1);
+    facts.writesParameter.resize(node + 1, 0);
+  }
+  auto& outs = facts.outputs[node];
+  outs.clear();
+  for (auto& v : outputs) {
+    ValueStorage vs;
+    if (v.isTensor() && storageOf(v.toTensor())) {
+      auto* s = storageOf(v.toTensor());
+      auto& e = f.storages.at(s);
+      if (c.paramStorages.count(s)) {
+        vs.kind = ValueStorage::Parameter;
+      } else if (e.external) {
+        vs.kind = ValueStorage::External;
+      } else {
+        vs.kind = ValueStorage::Node;
+        vs.key = e.key;
+        auto it = c.factIndex.find(e.key);
+        if (it == c.factIndex.end()) {
+          it = c.factIndex.emplace(e.key, static_cast<int>(facts.storages.size())).first;
+          facts.storages.push_back({e.key, static_cast<int64_t>(v.toTensor().storage().nbytes()), {}, {}});
+        }
+      }
+    }
+    outs.push_back(vs);
+  }
+}
+
+// Facts (recordFacts): the storages and parameters node `node` wrote into while it ran.
+void recordInPlaceWrites(detail::Context& c, const detail::MicroBatchState& f, int node,
+                         const std::vector<c10::IValue>& inputs) {
+  auto& facts = c.facts;
+  // In-place writes: an input whose version moved while the node ran.
+  std::vector<at::Tensor> tensors;
+  for (auto& v : inputs) tensorsIn(v, tensors);
+  for (auto& t : tensors) {
+    auto* s = storageOf(t);
+    for (auto& [storage, version] : f.inputVersions) {
+      if (storage != s || t._version() == version) continue;
+      if (c.paramStorages.count(s)) facts.writesParameter[node] = 1;
+      auto e = f.storages.find(s);
+      if (e != f.storages.end() && !e->second.external) {
+        auto it = c.factIndex.find(e->second.key);
+        if (it != c.factIndex.end()) addUnique(facts.storages[it->second].writers, node);
+      }
+    }
+  }
+}
+
+// The entry of a storage saved while node `pos` runs; one created by the node itself is registered now.
+detail::Entry& savedEntry(const detail::Context& c, detail::MicroBatchState& f, const at::Tensor& t,
+                          const c10::StorageImpl* s, int pos) {
+  auto found = f.storages.find(s);
+  if (found != f.storages.end() && found->second.alive && found->second.alive->expired()) {
+    f.storages.erase(found);  // a freed storage whose address came back: a new one
+    found = f.storages.end();
+  }
+  if (found == f.storages.end()) {
+    // Created while this node runs and saved by it: an internal tensor or its own output.
+    Entry e;
+    e.alive = t.storage().getWeakStorageImpl();
+    e.external = c.nodeIndex[pos] < 0;
+    if (!e.external) e.key = {c.nodeIndex[pos], f.nextSlot[pos]++};
+    found = f.storages.emplace(s, std::move(e)).first;
+  }
+  return found->second;
+}
+
 }  // namespace
 
 StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex, const std::vector<torch::Tensor>& params,
@@ -140,43 +258,8 @@ StageMemory::StageMemory(const NodeProgram& program, std::vector<int> nodeIndex,
   c.randomNode.assign(n, 0);
   c.captureInput.assign(n, {});
   c.segmentPositions.assign(c.plan.decisions.size(), {});
-  for (size_t d = 0; d < c.plan.decisions.size(); ++d) {
-    const auto& dec = c.plan.decisions[d];
-    if (dec.action == TensorAction::Keep) continue;
-    SLUICE_CHECK(c.decisionOf.emplace(dec.key, static_cast<int>(d)).second, PlanError,
-                 "memory plan: two decisions for the storage (node " << dec.key.node << ", slot " << dec.key.slot << ")");
-    if (dec.action != TensorAction::Recompute) continue;
-    SLUICE_CHECK(!dec.segment.empty(), PlanError,
-                 "memory plan: the recompute of node " << dec.key.node << " has an empty segment");
-    for (int node : dec.segment) {
-      auto it = c.positionOf.find(node);
-      SLUICE_CHECK(it != c.positionOf.end(), PlanError,
-                   c.stageName << ": the memory plan recomputes node " << node << ", which is not in this stage; the plan "
-                               << "was made for other cuts");
-      c.segmentPositions[d].push_back(it->second);
-      c.inSegment[it->second] = 1;
-    }
-    std::sort(c.segmentPositions[d].begin(), c.segmentPositions[d].end());
-  }
-  // Which inputs of segment nodes forward must capture: those some segment
-  // containing the node does not produce itself (Note in the header).
-  for (int pos = 0; pos < n; ++pos) {
-    if (!c.inSegment[pos]) continue;
-    auto* node = program.node(pos);
-    c.randomNode[pos] = drawsRandom(node) ? 1 : 0;
-    c.captureInput[pos].assign(node->inputs().size(), 0);
-    for (size_t i = 0; i < node->inputs().size(); ++i) {
-      const int producer = program.producerOf(node->inputs()[i]);
-      bool capture = producer < 0 || c.nodeIndex[producer] < 0;
-      for (size_t d = 0; d < c.segmentPositions.size() && !capture; ++d) {
-        const auto& seg = c.segmentPositions[d];
-        if (std::binary_search(seg.begin(), seg.end(), pos) && !std::binary_search(seg.begin(), seg.end(), producer)) {
-          capture = true;
-        }
-      }
-      c.captureInput[pos][i] = capture ? 1 : 0;
-    }
-  }
+  indexSegments(c);
+  markCapturedInputs(c, program);
   if (c.plan.swaps()) {
     const std::string dir = options.swapDir.empty() ? defaultSwapDir() : options.swapDir;
     c.engine = options.engine ? options.engine
@@ -274,51 +357,39 @@ void StageMemory::afterNode(int pos, const std::vector<c10::IValue>& inputs, con
   }
   if (c.inSegment[pos]) captureInputs(c, f, pos, inputs);
   if (c.recordFacts && node >= 0) {
-    auto& facts = c.facts;
-    if (facts.outputs.size() <= static_cast<size_t>(node)) {
-      facts.outputs.resize(node + 1);
-      facts.writesParameter.resize(node + 1, 0);
-    }
-    auto& outs = facts.outputs[node];
-    outs.clear();
-    for (auto& v : outputs) {
-      ValueStorage vs;
-      if (v.isTensor() && storageOf(v.toTensor())) {
-        auto* s = storageOf(v.toTensor());
-        auto& e = f.storages.at(s);
-        if (c.paramStorages.count(s)) {
-          vs.kind = ValueStorage::Parameter;
-        } else if (e.external) {
-          vs.kind = ValueStorage::External;
-        } else {
-          vs.kind = ValueStorage::Node;
-          vs.key = e.key;
-          auto it = c.factIndex.find(e.key);
-          if (it == c.factIndex.end()) {
-            it = c.factIndex.emplace(e.key, static_cast<int>(facts.storages.size())).first;
-            facts.storages.push_back({e.key, static_cast<int64_t>(v.toTensor().storage().nbytes()), {}, {}});
-          }
-        }
-      }
-      outs.push_back(vs);
-    }
-    // In-place writes: an input whose version moved while the node ran.
-    std::vector<at::Tensor> tensors;
-    for (auto& v : inputs) tensorsIn(v, tensors);
-    for (auto& t : tensors) {
-      auto* s = storageOf(t);
-      for (auto& [storage, version] : f.inputVersions) {
-        if (storage != s || t._version() == version) continue;
-        if (c.paramStorages.count(s)) facts.writesParameter[node] = 1;
-        auto e = f.storages.find(s);
-        if (e != f.storages.end() && !e->second.external) {
-          auto it = c.factIndex.find(e->second.key);
-          if (it != c.factIndex.end()) addUnique(facts.storages[it->second].writers, node);
-        }
-      }
-    }
+    recordOutputFacts(c, f, node, outputs);
+    recordInPlaceWrites(c, f, node, inputs);
   }
   f.currentPos = -1;
+}
+
+// The record of a storage the plan frees, made at its first save: the swap-out starts now, or it waits for its
+// recompute; captures pending on the storage become pins.
+void StageMemory::createRecord(Entry& entry, int decision, const at::Tensor& t, const c10::StorageImpl* s) {
+  auto& c = *context_;
+  auto& f = *forward_;
+  auto r = std::make_shared<Record>();
+  r->context = context_;
+  r->key = entry.key;
+  r->decision = decision;
+  r->action = c.plan.decisions[r->decision].action;
+  r->bytes = static_cast<int64_t>(t.storage().nbytes());
+  r->registry = f.registry;
+  (*f.registry)[r->key] = r;
+  if (r->action == TensorAction::Swap) {
+    r->slot = c.engine->swapOut(t.storage(), f.microBatch);
+    c.stats.swappedBytes += r->bytes;
+    swapOrder_[f.microBatch].push_back(r->slot);
+  } else {
+    f.recomputeRecords.push_back(r);
+  }
+  entry.record = std::move(r);
+  // Note [captures become pins]
+  auto pending = f.pendingCaptures.find(s);
+  if (pending != f.pendingCaptures.end()) {
+    for (auto [capPos, input] : pending->second) pinCapture(f.captures.at(capPos).at(input), entry.record);
+    f.pendingCaptures.erase(pending);
+  }
 }
 
 void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
@@ -330,21 +401,7 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
     hooks.kept = t.detach();
     return;
   }
-  auto& f = *forward_;
-  auto found = f.storages.find(s);
-  if (found != f.storages.end() && found->second.alive && found->second.alive->expired()) {
-    f.storages.erase(found);  // a freed storage whose address came back: a new one
-    found = f.storages.end();
-  }
-  if (found == f.storages.end()) {
-    // Created while this node runs and saved by it: an internal tensor or its own output.
-    Entry e;
-    e.alive = t.storage().getWeakStorageImpl();
-    e.external = c.nodeIndex[pos] < 0;
-    if (!e.external) e.key = {c.nodeIndex[pos], f.nextSlot[pos]++};
-    found = f.storages.emplace(s, std::move(e)).first;
-  }
-  Entry& entry = found->second;
+  Entry& entry = savedEntry(c, *forward_, t, s, pos);
   if (entry.external) {
     hooks.kept = t.detach();
     return;
@@ -362,30 +419,7 @@ void StageMemory::pack(const at::Tensor& t, PlanHooks& hooks) {
     hooks.kept = t.detach();
     return;
   }
-  if (!entry.record) {
-    auto r = std::make_shared<Record>();
-    r->context = context_;
-    r->key = entry.key;
-    r->decision = decision->second;
-    r->action = c.plan.decisions[r->decision].action;
-    r->bytes = static_cast<int64_t>(t.storage().nbytes());
-    r->registry = f.registry;
-    (*f.registry)[r->key] = r;
-    if (r->action == TensorAction::Swap) {
-      r->slot = c.engine->swapOut(t.storage(), f.microBatch);
-      c.stats.swappedBytes += r->bytes;
-      swapOrder_[f.microBatch].push_back(r->slot);
-    } else {
-      f.recomputeRecords.push_back(r);
-    }
-    entry.record = std::move(r);
-    // Note [captures become pins]
-    auto pending = f.pendingCaptures.find(s);
-    if (pending != f.pendingCaptures.end()) {
-      for (auto [capPos, input] : pending->second) pinCapture(f.captures.at(capPos).at(input), entry.record);
-      f.pendingCaptures.erase(pending);
-    }
-  }
+  if (!entry.record) createRecord(entry, decision->second, t, s);
   hooks.record = entry.record;
   hooks.geometry = detail::Geometry(t);
 }

@@ -95,6 +95,7 @@ struct StageMemoryOptions {
 
 namespace detail {
 struct Context;
+struct Entry;
 struct MicroBatchState;
 class PlanHooks;
 }  // namespace detail
@@ -147,6 +148,7 @@ class StageMemory : public NodeObserver {
  private:
   friend class detail::PlanHooks;
   void pack(const at::Tensor& tensor, detail::PlanHooks& hooks);
+  void createRecord(detail::Entry& entry, int decision, const at::Tensor& t, const c10::StorageImpl* s);
   std::shared_ptr<detail::Context> context_;
   std::unique_ptr<detail::MicroBatchState> forward_;  // the micro-batch being forwarded
   std::map<int, std::vector<std::weak_ptr<SwapSlot>>> swapOrder_;  // micro-batch -> slots in save order
