@@ -91,6 +91,30 @@ InputRegion walkInputRegion(const torch::autograd::edge_list& roots, const std::
   return region;
 }
 
+// Runs the input region's backward from the roots that lead into it, keeping the graph for the weight half.
+// Returns the gradients of the inputs' edges, then of each frontier node's inputs, node by node.
+template <class InRegion>
+torch::autograd::variable_list runInputRegion(const torch::autograd::edge_list& roots,
+                                              const std::vector<torch::Tensor>& grads,
+                                              const torch::autograd::edge_list& inputEdges,
+                                              const std::vector<std::shared_ptr<Node>>& frontier,
+                                              InRegion inInputRegion) {
+  torch::autograd::edge_list outputs = inputEdges;
+  for (auto& n : frontier) {
+    for (uint32_t k = 0; k < n->num_inputs(); ++k) outputs.emplace_back(n, k);
+  }
+  torch::autograd::edge_list inputRoots;
+  std::vector<torch::Tensor> inputRootGrads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (inInputRegion(roots[i]) && grads[i].defined()) {
+      inputRoots.push_back(roots[i]);
+      inputRootGrads.push_back(grads[i]);
+    }
+  }
+  return torch::autograd::Engine::get_default_engine().execute(
+      inputRoots, inputRootGrads, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, outputs);
+}
+
 }  // namespace
 
 std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_list& roots,
@@ -124,20 +148,7 @@ std::vector<torch::Tensor> BackwardSplit::runInput(const torch::autograd::edge_l
   }
   if (!walked) return inputGrads;  // no input gradient flows: all is weight work
 
-  torch::autograd::edge_list outputs = inputEdges;
-  for (auto& n : frontier) {
-    for (uint32_t k = 0; k < n->num_inputs(); ++k) outputs.emplace_back(n, k);
-  }
-  torch::autograd::edge_list inputRoots;
-  std::vector<torch::Tensor> inputRootGrads;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (inInputRegion(roots[i]) && grads[i].defined()) {
-      inputRoots.push_back(roots[i]);
-      inputRootGrads.push_back(grads[i]);
-    }
-  }
-  auto captured = torch::autograd::Engine::get_default_engine().execute(
-      inputRoots, inputRootGrads, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, outputs);
+  auto captured = runInputRegion(roots, grads, inputEdges, frontier, inInputRegion);
   for (size_t j = 0; j < inputIndex.size(); ++j) inputGrads[inputIndex[j]] = captured[j];
   size_t c = inputEdges.size();
   for (auto& n : frontier) {
