@@ -13,6 +13,49 @@ std::string where(int stage, size_t pos, const Action& a) {
   return "stage " + std::to_string(stage) + ", action " + std::to_string(pos) + " (" + toString(a) + ")";
 }
 
+// One action of stage `st` against what the stage ran before it (`done`: (kind, mb)): what it needs has run, and
+// the first and last stages do not communicate past the pipeline's ends.
+void checkActionOrder(int st, size_t i, const Action& a, bool first, bool last,
+                      const std::set<std::pair<int, int>>& done) {
+  auto seen = [&](ActionKind k, int mb) { return done.count({static_cast<int>(k), mb}) > 0; };
+  switch (a.kind) {
+    case ActionKind::RecvActivation:
+      SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage receives no activations");
+      break;
+    case ActionKind::Forward:
+      SLUICE_CHECK(first || seen(ActionKind::RecvActivation, a.microBatch), ScheduleError,
+                   where(st, i, a) << ": forward before its activation was received");
+      break;
+    case ActionKind::SendActivation:
+      SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage sends no activations");
+      SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
+                   where(st, i, a) << ": activation sent before its forward");
+      break;
+    case ActionKind::RecvGrad:
+      SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage receives no gradients");
+      break;
+    case ActionKind::Backward:
+    case ActionKind::BackwardInput:
+      SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
+                   where(st, i, a) << ": backward before its forward");
+      SLUICE_CHECK(last || seen(ActionKind::RecvGrad, a.microBatch), ScheduleError,
+                   where(st, i, a) << ": backward before its gradient was received");
+      SLUICE_CHECK(!seen(a.kind == ActionKind::Backward ? ActionKind::BackwardInput : ActionKind::Backward,
+                         a.microBatch),
+                   ScheduleError, where(st, i, a) << ": micro-batch backwarded both whole and split");
+      break;
+    case ActionKind::BackwardWeight:
+      SLUICE_CHECK(seen(ActionKind::BackwardInput, a.microBatch), ScheduleError,
+                   where(st, i, a) << ": weight gradient before its input gradient (Bi)");
+      break;
+    case ActionKind::SendGrad:
+      SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage sends no gradients");
+      SLUICE_CHECK(seen(ActionKind::Backward, a.microBatch) || seen(ActionKind::BackwardInput, a.microBatch),
+                   ScheduleError, where(st, i, a) << ": gradient sent before its backward");
+      break;
+  }
+}
+
 // Per-stage rules: each action exactly once and in a legal order.
 void checkStage(const Schedule& s, int st) {
   const int p = s.stages, m = s.microBatches;
@@ -25,42 +68,7 @@ void checkStage(const Schedule& s, int st) {
     SLUICE_CHECK(a.microBatch >= 0 && a.microBatch < m, ScheduleError,
                  where(st, i, a) << ": micro-batch outside [0, " << m << ")");
     SLUICE_CHECK(!seen(a.kind, a.microBatch), ScheduleError, where(st, i, a) << ": repeated");
-    switch (a.kind) {
-      case ActionKind::RecvActivation:
-        SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage receives no activations");
-        break;
-      case ActionKind::Forward:
-        SLUICE_CHECK(first || seen(ActionKind::RecvActivation, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": forward before its activation was received");
-        break;
-      case ActionKind::SendActivation:
-        SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage sends no activations");
-        SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": activation sent before its forward");
-        break;
-      case ActionKind::RecvGrad:
-        SLUICE_CHECK(!last, ScheduleError, where(st, i, a) << ": the last stage receives no gradients");
-        break;
-      case ActionKind::Backward:
-      case ActionKind::BackwardInput:
-        SLUICE_CHECK(seen(ActionKind::Forward, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": backward before its forward");
-        SLUICE_CHECK(last || seen(ActionKind::RecvGrad, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": backward before its gradient was received");
-        SLUICE_CHECK(!seen(a.kind == ActionKind::Backward ? ActionKind::BackwardInput : ActionKind::Backward,
-                           a.microBatch),
-                     ScheduleError, where(st, i, a) << ": micro-batch backwarded both whole and split");
-        break;
-      case ActionKind::BackwardWeight:
-        SLUICE_CHECK(seen(ActionKind::BackwardInput, a.microBatch), ScheduleError,
-                     where(st, i, a) << ": weight gradient before its input gradient (Bi)");
-        break;
-      case ActionKind::SendGrad:
-        SLUICE_CHECK(!first, ScheduleError, where(st, i, a) << ": the first stage sends no gradients");
-        SLUICE_CHECK(seen(ActionKind::Backward, a.microBatch) || seen(ActionKind::BackwardInput, a.microBatch),
-                     ScheduleError, where(st, i, a) << ": gradient sent before its backward");
-        break;
-    }
+    checkActionOrder(st, i, a, first, last, done);
     done.insert({static_cast<int>(a.kind), a.microBatch});
   }
   for (int mb = 0; mb < m; ++mb) {
