@@ -64,6 +64,92 @@ int nextRank(const std::vector<int>& left, const std::vector<bool>& asleep, cons
   return r;
 }
 
+// Rank r's next B and next F in its piece order (listScheduleZeroBubble),
+// whether it may run them, and when their inputs arrive (-1: not sent yet,
+// or no such piece).
+struct NextPieces {
+  double bInput = -1, fInput = -1;
+  int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
+  bool bRoom = false, fRoom = false;
+};
+
+// The zero-bubble list scheduler's progress (listScheduleZeroBubble), and
+// one rank's decision at its clock.
+struct ZeroBubbleProgress {
+  ZeroBubbleProgress(int p, int stages, int m, int total)
+      : fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1)), nextF(p, 0), nextB(p, 0),
+        wDone(p, 0), left(p, 3 * total), clock(p, 0), asleep(p, false), pendingW(p) {}
+
+  NextPieces nextPieces(int r, const PieceOrder& order, const PieceLimits& limits, int stages, int total,
+                        double comm) const;
+  bool runNextPiece(int r, const NextPieces& n, std::vector<Action>& out, int stages, const PieceCosts& cost);
+
+  // Finish times; -1: not scheduled yet.
+  std::vector<std::vector<double>> fEnd, bEnd;
+  std::vector<int> nextF, nextB, wDone, left;
+  std::vector<double> clock;
+  std::vector<bool> asleep;  // waiting for an input nobody has scheduled yet
+  std::vector<std::deque<std::pair<int, int>>> pendingW;  // (stage, mb), oldest first
+};
+
+NextPieces ZeroBubbleProgress::nextPieces(int r, const PieceOrder& order, const PieceLimits& limits, int stages,
+                                          int total, double comm) const {
+  // When an input sent at `at` (-1: not yet) is there.
+  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
+  NextPieces n;
+  n.bRoom = static_cast<int>(pendingW[r].size()) < limits.pendingW(r);
+  if (nextB[r] < nextF[r]) {
+    n.bStage = order.backwardStage(nextB[r], r);
+    n.bMb = order.microBatchOf(nextB[r]);
+    // The last stage's B follows its own F; the others wait for the next stage's gradient.
+    n.bInput = n.bStage == stages - 1 ? fEnd[n.bStage][n.bMb] : arrival(bEnd[n.bStage + 1][n.bMb]);
+  }
+  n.fRoom = nextF[r] < total && nextF[r] - nextB[r] < limits.toB(r) && nextF[r] - wDone[r] < limits.toW(r);
+  if (n.fRoom) {
+    n.fStage = order.forwardStage(nextF[r], r);
+    n.fMb = order.microBatchOf(nextF[r]);
+    n.fInput = n.fStage == 0 ? 0.0 : arrival(fEnd[n.fStage - 1][n.fMb]);
+  }
+  return n;
+}
+
+// Runs rank r's B if its gradient is there (and Ws have room), else its F if
+// its input is there, else its oldest pending W. False when none can: the
+// rank then waits for an input on its way, or sleeps.
+bool ZeroBubbleProgress::runNextPiece(int r, const NextPieces& n, std::vector<Action>& out, int stages,
+                                      const PieceCosts& cost) {
+  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  const double t = clock[r];
+  if (n.bRoom && arrived(n.bInput, t)) {
+    appendBackwardInput(out, n.bStage, stages, n.bMb);
+    bEnd[n.bStage][n.bMb] = clock[r] += cost.backwardInput(n.bStage);
+    pendingW[r].push_back({n.bStage, n.bMb});
+    ++nextB[r];
+  } else if (n.fRoom && arrived(n.fInput, t)) {
+    appendForward(out, n.fStage, stages, n.fMb);
+    fEnd[n.fStage][n.fMb] = clock[r] += cost.forward(n.fStage);
+    ++nextF[r];
+  } else if (!pendingW[r].empty()) {
+    auto [st, mb] = pendingW[r].front();
+    out.push_back({ActionKind::BackwardWeight, mb, st});
+    clock[r] += cost.backwardWeight(st);
+    pendingW[r].pop_front();
+    ++wDone[r];
+  } else {
+    // Nothing to run now: wait for the earlier of the inputs already on their way.
+    double next = std::numeric_limits<double>::infinity();
+    if (n.bInput > t) next = std::min(next, n.bInput);
+    if (n.fRoom && n.fInput > t) next = std::min(next, n.fInput);
+    if (next < std::numeric_limits<double>::infinity()) {
+      clock[r] = next;
+    } else {
+      asleep[r] = true;
+    }
+    return false;
+  }
+  return true;
+}
+
 Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs = nullptr,
                                 const RankCaps* caps = nullptr) {
   const int stages = p * v, total = m * v;
@@ -72,72 +158,115 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, co
   const PieceLimits limits{order, caps, p, v, m};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
-  // Finish times; -1: not scheduled yet.
-  std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
-  std::vector<int> nextF(p, 0), nextB(p, 0), wDone(p, 0), left(p, 3 * total);
-  std::vector<double> clock(p, 0);
-  std::vector<bool> asleep(p, false);  // waiting for an input nobody has scheduled yet
-  std::vector<std::deque<std::pair<int, int>>> pendingW(p);  // (stage, mb), oldest first
-  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
-  // When an input sent at `at` (-1: not yet) is there.
-  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
+  ZeroBubbleProgress prog(p, stages, m, total);
   for (;;) {
-    const int r = nextRank(left, asleep, clock);
+    const int r = nextRank(prog.left, prog.asleep, prog.clock);
     if (r < 0) {
       for (int q = 0; q < p; ++q) {
-        SLUICE_CHECK(left[q] == 0, ScheduleError,
+        SLUICE_CHECK(prog.left[q] == 0, ScheduleError,
                      name << ": list scheduling deadlocked (p=" << p << ", v=" << v << ", m=" << m << ")");
       }
       break;
     }
-    const double t = clock[r];
-    auto& out = s.actions[r];
-    double bInput = -1, fInput = -1;
-    int bStage = 0, bMb = 0, fStage = 0, fMb = 0;
-    const bool bRoom = static_cast<int>(pendingW[r].size()) < limits.pendingW(r);
-    if (nextB[r] < nextF[r]) {
-      bStage = order.backwardStage(nextB[r], r);
-      bMb = order.microBatchOf(nextB[r]);
-      // The last stage's B follows its own F; the others wait for the next stage's gradient.
-      bInput = bStage == stages - 1 ? fEnd[bStage][bMb] : arrival(bEnd[bStage + 1][bMb]);
-    }
-    const bool fRoom = nextF[r] < total && nextF[r] - nextB[r] < limits.toB(r) && nextF[r] - wDone[r] < limits.toW(r);
-    if (fRoom) {
-      fStage = order.forwardStage(nextF[r], r);
-      fMb = order.microBatchOf(nextF[r]);
-      fInput = fStage == 0 ? 0.0 : arrival(fEnd[fStage - 1][fMb]);
-    }
-    if (bRoom && arrived(bInput, t)) {
-      appendBackwardInput(out, bStage, stages, bMb);
-      bEnd[bStage][bMb] = clock[r] += cost.backwardInput(bStage);
-      pendingW[r].push_back({bStage, bMb});
-      ++nextB[r];
-    } else if (fRoom && arrived(fInput, t)) {
-      appendForward(out, fStage, stages, fMb);
-      fEnd[fStage][fMb] = clock[r] += cost.forward(fStage);
-      ++nextF[r];
-    } else if (!pendingW[r].empty()) {
-      auto [st, mb] = pendingW[r].front();
-      out.push_back({ActionKind::BackwardWeight, mb, st});
-      clock[r] += cost.backwardWeight(st);
-      pendingW[r].pop_front();
-      ++wDone[r];
-    } else {
-      // Nothing to run now: wait for the earlier of the inputs already on their way.
-      double next = std::numeric_limits<double>::infinity();
-      if (bInput > t) next = std::min(next, bInput);
-      if (fRoom && fInput > t) next = std::min(next, fInput);
-      if (next < std::numeric_limits<double>::infinity()) {
-        clock[r] = next;
-      } else {
-        asleep[r] = true;
-      }
-      continue;
-    }
-    --left[r];
-    std::fill(asleep.begin(), asleep.end(), false);
+    const NextPieces n = prog.nextPieces(r, order, limits, stages, total, comm);
+    if (!prog.runNextPiece(r, n, s.actions[r], stages, cost)) continue;
+    --prog.left[r];
+    std::fill(prog.asleep.begin(), prog.asleep.end(), false);
   }
   return s;
+}
+
+// Rank r's pick at its clock (listScheduleV): the ready B of the older
+// micro-batch and the first ready F within memory (-1: none), and the
+// earliest input still on its way.
+struct ReadyPieces {
+  int bStage = -1, fStage = -1;
+  double next = std::numeric_limits<double>::infinity();  // the earliest input still on its way
+};
+
+// ZBV's list scheduler's progress (listScheduleV), and one rank's decision at
+// its clock.
+struct ZbvProgress {
+  ZbvProgress(int p, int stages, int m)
+      : fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1)), nextF(stages, 0),
+        nextB(stages, 0), held(p, 0), lowerHeld(p, 0), left(p, 6 * m), clock(p, 0), asleep(p, false), pendingW(p) {}
+
+  ReadyPieces readyPieces(int r, int p, int m, double comm, const RankCaps* caps) const;
+  bool runReadyPiece(int r, const ReadyPieces& ready, std::vector<Action>& out, int stages, const PieceCosts& cost);
+
+  std::vector<std::vector<double>> fEnd, bEnd;
+  std::vector<int> nextF, nextB;
+  std::vector<int> held, lowerHeld, left;  // pieces between F and W; of them on c0
+  std::vector<double> clock;
+  std::vector<bool> asleep;
+  std::vector<std::deque<std::pair<int, int>>> pendingW;
+};
+
+ReadyPieces ZbvProgress::readyPieces(int r, int p, int m, double comm, const RankCaps* caps) const {
+  const int stages = 2 * p;
+  // Per rank: pieces between F and W, of them on c0, and pieces awaiting W.
+  auto fits = [&](int r, int st) {
+    return held[r] < (caps ? caps->toW[r] : 2 * p) && (st != r || lowerHeld[r] < (caps ? caps->lowerToW[r] : 2 * p - 1 - r));
+  };
+  auto pendingCap = [&](int r) { return caps ? caps->pendingW[r] : 2 * m; };
+  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
+  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  const double t = clock[r];
+  const int mine[2] = {2 * p - 1 - r, r};  // c1 first
+  // The ready B of the older micro-batch, and the first ready F within memory.
+  ReadyPieces ready;
+  const bool bRoom = static_cast<int>(pendingW[r].size()) < pendingCap(r);
+  for (int st : mine) {
+    if (nextB[st] < nextF[st]) {
+      const int mb = nextB[st];
+      const double in = st == stages - 1 ? fEnd[st][mb] : arrival(bEnd[st + 1][mb]);
+      if (bRoom && arrived(in, t)) {
+        if (ready.bStage < 0 || mb < nextB[ready.bStage]) ready.bStage = st;
+      } else if (in > t) {
+        ready.next = std::min(ready.next, in);
+      }
+    }
+    if (nextF[st] < m && fits(r, st)) {
+      const double in = st == 0 ? 0.0 : arrival(fEnd[st - 1][nextF[st]]);
+      if (arrived(in, t)) {
+        if (ready.fStage < 0) ready.fStage = st;
+      } else if (in > t) {
+        ready.next = std::min(ready.next, in);
+      }
+    }
+  }
+  return ready;
+}
+
+// Runs rank r's ready B, else its ready F, else its oldest pending W. False
+// when none can: the rank then waits for the earliest input on its way, or
+// sleeps.
+bool ZbvProgress::runReadyPiece(int r, const ReadyPieces& ready, std::vector<Action>& out, int stages,
+                                const PieceCosts& cost) {
+  if (ready.bStage >= 0) {
+    const int mb = nextB[ready.bStage]++;
+    appendBackwardInput(out, ready.bStage, stages, mb);
+    bEnd[ready.bStage][mb] = clock[r] += cost.backwardInput(ready.bStage);
+    pendingW[r].push_back({ready.bStage, mb});
+  } else if (ready.fStage >= 0) {
+    const int mb = nextF[ready.fStage]++;
+    appendForward(out, ready.fStage, stages, mb);
+    fEnd[ready.fStage][mb] = clock[r] += cost.forward(ready.fStage);
+    ++held[r];
+    lowerHeld[r] += ready.fStage == r;
+  } else if (!pendingW[r].empty()) {
+    auto [st, mb] = pendingW[r].front();
+    out.push_back({ActionKind::BackwardWeight, mb, st});
+    clock[r] += cost.backwardWeight(st);
+    pendingW[r].pop_front();
+    --held[r];
+    lowerHeld[r] -= st == r;
+  } else {
+    if (ready.next < std::numeric_limits<double>::infinity()) clock[r] = ready.next;
+    asleep[r] = ready.next == std::numeric_limits<double>::infinity();
+    return false;
+  }
+  return true;
 }
 
 // ZBV's list scheduling (Schedule.h): rank r hosts c0 = r and c1 = 2p - 1 - r,
@@ -150,78 +279,20 @@ Schedule listScheduleV(int p, int m, const ScheduleCosts* costs = nullptr, const
   Schedule s{"zbv", stages, m, std::vector<std::vector<Action>>(p), p, true};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
-  std::vector<std::vector<double>> fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1));
-  std::vector<int> nextF(stages, 0), nextB(stages, 0);
-  std::vector<int> held(p, 0), lowerHeld(p, 0), left(p, 6 * m);  // pieces between F and W; of them on c0
-  std::vector<double> clock(p, 0);
-  std::vector<bool> asleep(p, false);
-  std::vector<std::deque<std::pair<int, int>>> pendingW(p);
-  // Per rank: pieces between F and W, of them on c0, and pieces awaiting W.
-  auto fits = [&](int r, int st) {
-    return held[r] < (caps ? caps->toW[r] : 2 * p) && (st != r || lowerHeld[r] < (caps ? caps->lowerToW[r] : 2 * p - 1 - r));
-  };
-  auto pendingCap = [&](int r) { return caps ? caps->pendingW[r] : 2 * m; };
-  auto arrival = [&](double at) { return at < 0 ? -1.0 : at + comm; };
-  auto arrived = [](double at, double t) { return at >= 0 && at <= t; };
+  ZbvProgress prog(p, stages, m);
   for (;;) {
-    const int r = nextRank(left, asleep, clock);
+    const int r = nextRank(prog.left, prog.asleep, prog.clock);
     if (r < 0) {
       for (int q = 0; q < p; ++q) {
-        SLUICE_CHECK(left[q] == 0, ScheduleError, "zbv: list scheduling deadlocked (p=" << p << ", m=" << m << ")");
+        SLUICE_CHECK(prog.left[q] == 0, ScheduleError,
+                     "zbv: list scheduling deadlocked (p=" << p << ", m=" << m << ")");
       }
       break;
     }
-    const double t = clock[r];
-    auto& out = s.actions[r];
-    const int mine[2] = {2 * p - 1 - r, r};  // c1 first
-    // The ready B of the older micro-batch, and the first ready F within memory.
-    int bStage = -1, fStage = -1;
-    double next = std::numeric_limits<double>::infinity();  // the earliest input still on its way
-    const bool bRoom = static_cast<int>(pendingW[r].size()) < pendingCap(r);
-    for (int st : mine) {
-      if (nextB[st] < nextF[st]) {
-        const int mb = nextB[st];
-        const double in = st == stages - 1 ? fEnd[st][mb] : arrival(bEnd[st + 1][mb]);
-        if (bRoom && arrived(in, t)) {
-          if (bStage < 0 || mb < nextB[bStage]) bStage = st;
-        } else if (in > t) {
-          next = std::min(next, in);
-        }
-      }
-      if (nextF[st] < m && fits(r, st)) {
-        const double in = st == 0 ? 0.0 : arrival(fEnd[st - 1][nextF[st]]);
-        if (arrived(in, t)) {
-          if (fStage < 0) fStage = st;
-        } else if (in > t) {
-          next = std::min(next, in);
-        }
-      }
-    }
-    if (bStage >= 0) {
-      const int mb = nextB[bStage]++;
-      appendBackwardInput(out, bStage, stages, mb);
-      bEnd[bStage][mb] = clock[r] += cost.backwardInput(bStage);
-      pendingW[r].push_back({bStage, mb});
-    } else if (fStage >= 0) {
-      const int mb = nextF[fStage]++;
-      appendForward(out, fStage, stages, mb);
-      fEnd[fStage][mb] = clock[r] += cost.forward(fStage);
-      ++held[r];
-      lowerHeld[r] += fStage == r;
-    } else if (!pendingW[r].empty()) {
-      auto [st, mb] = pendingW[r].front();
-      out.push_back({ActionKind::BackwardWeight, mb, st});
-      clock[r] += cost.backwardWeight(st);
-      pendingW[r].pop_front();
-      --held[r];
-      lowerHeld[r] -= st == r;
-    } else {
-      if (next < std::numeric_limits<double>::infinity()) clock[r] = next;
-      asleep[r] = next == std::numeric_limits<double>::infinity();
-      continue;
-    }
-    --left[r];
-    std::fill(asleep.begin(), asleep.end(), false);
+    const ReadyPieces ready = prog.readyPieces(r, p, m, comm, caps);
+    if (!prog.runReadyPiece(r, ready, s.actions[r], stages, cost)) continue;
+    --prog.left[r];
+    std::fill(prog.asleep.begin(), prog.asleep.end(), false);
   }
   return s;
 }
