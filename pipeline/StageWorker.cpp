@@ -343,8 +343,60 @@ void StageWorker::reapSends() {
   sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](Work& w) { return w.test(); }), sends_.end());
 }
 
+// The activations of micro-batch a.microBatch, received into its inputs (requiring grad where the stage
+// differentiates them).
+void StageWorker::receiveActivations(const Action& a, InFlight& st) {
+  const size_t nIn = stage_.boundaryInputs.size();
+  postReceives(a);
+  for (size_t i = 0; i < nIn; ++i) {
+    auto t = fromWire(st.activationRecvs[i].wait().tensor, stage_.boundaryInputs[i]);
+    if (inputNeedsGrad_[i]) t.requires_grad_(true);
+    st.inputs.push_back(t);
+  }
+  st.activationRecvs.clear();
+}
+
+// Sends the micro-batch's outputs to the next stage, keeping the gradient edges of those it needs gradients for.
+void StageWorker::sendActivations(const Action& a, InFlight& st) {
+  const size_t nOut = stage_.outputs.size();
+  st.outputEdges.assign(nOut, torch::autograd::Edge());
+  for (size_t i = 0; i < nOut; ++i) {
+    sends_.push_back(nextComm_.isend(toWire(st.outputs[i].detach()), nextRank_, tag(a.microBatch, i, nOut, false),
+                                     outputNeedsGrad_[i]));
+    if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
+      st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
+    }
+  }
+  st.outputs.clear();
+}
+
+// The gradients of the micro-batch's outputs, received from the next stage (undefined where none is sent).
+void StageWorker::receiveGrads(const Action& a, InFlight& st) {
+  const size_t nOut = stage_.outputs.size();
+  postReceives(a);
+  size_t k = 0;
+  st.outputGrads.assign(nOut, torch::Tensor());
+  for (size_t i = 0; i < nOut; ++i) {
+    if (outputNeedsGrad_[i]) st.outputGrads[i] = fromWire(st.gradRecvs[k++].wait().tensor, stage_.outputs[i]);
+  }
+  st.gradRecvs.clear();
+}
+
+// Sends the gradients of the micro-batch's inputs back to the previous stage.
+void StageWorker::sendGrads(const Action& a, InFlight& st) {
+  const size_t nIn = stage_.boundaryInputs.size();
+  for (size_t i = 0; i < nIn; ++i) {
+    if (!inputNeedsGrad_[i]) continue;
+    // An input no node differentiated through still owes its sender a gradient: zero.
+    auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
+    if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
+    sends_.push_back(prevComm_.isend(toWire(g), prevRank_, tag(a.microBatch, i, nIn, true)));
+  }
+  st.inputs.clear();
+  st.inputGrads.clear();
+}
+
 void StageWorker::execute(const Action& a, bool weightNext) {
-  const size_t nIn = stage_.boundaryInputs.size(), nOut = stage_.outputs.size();
   auto& st = state_.at(a.microBatch);
   const bool chunked = schedule_.chunks() > 1;
   CommActivity activity("micro-batch " + std::to_string(a.microBatch) + ", " + toString(a.kind) +
@@ -352,42 +404,19 @@ void StageWorker::execute(const Action& a, bool weightNext) {
   const bool traced = trace_ && trace_->active();
   const double startUs = traced ? TraceRecorder::nowUs() : 0;
   switch (a.kind) {
-    case ActionKind::RecvActivation: {
-      postReceives(a);
-      for (size_t i = 0; i < nIn; ++i) {
-        auto t = fromWire(st.activationRecvs[i].wait().tensor, stage_.boundaryInputs[i]);
-        if (inputNeedsGrad_[i]) t.requires_grad_(true);
-        st.inputs.push_back(t);
-      }
-      st.activationRecvs.clear();
+    case ActionKind::RecvActivation:
+      receiveActivations(a, st);
       break;
-    }
     case ActionKind::Forward:
       if (forwardHook_) forwardHook_(a.microBatch);
       forward(a.microBatch, st, microBatches_->at(a.microBatch), lossSum_);
       break;
-    case ActionKind::SendActivation: {
-      st.outputEdges.assign(nOut, torch::autograd::Edge());
-      for (size_t i = 0; i < nOut; ++i) {
-        sends_.push_back(nextComm_.isend(toWire(st.outputs[i].detach()), nextRank_, tag(a.microBatch, i, nOut, false),
-                                         outputNeedsGrad_[i]));
-        if (outputNeedsGrad_[i] && st.outputs[i].requires_grad()) {
-          st.outputEdges[i] = torch::autograd::impl::gradient_edge(st.outputs[i]);
-        }
-      }
-      st.outputs.clear();
+    case ActionKind::SendActivation:
+      sendActivations(a, st);
       break;
-    }
-    case ActionKind::RecvGrad: {
-      postReceives(a);
-      size_t k = 0;
-      st.outputGrads.assign(nOut, torch::Tensor());
-      for (size_t i = 0; i < nOut; ++i) {
-        if (outputNeedsGrad_[i]) st.outputGrads[i] = fromWire(st.gradRecvs[k++].wait().tensor, stage_.outputs[i]);
-      }
-      st.gradRecvs.clear();
+    case ActionKind::RecvGrad:
+      receiveGrads(a, st);
       break;
-    }
     case ActionKind::Backward:
       backward(a.microBatch, st);
       break;
@@ -397,18 +426,9 @@ void StageWorker::execute(const Action& a, bool weightNext) {
     case ActionKind::BackwardWeight:
       backwardWeight(a.microBatch, st);
       break;
-    case ActionKind::SendGrad: {
-      for (size_t i = 0; i < nIn; ++i) {
-        if (!inputNeedsGrad_[i]) continue;
-        // An input no node differentiated through still owes its sender a gradient: zero.
-        auto g = st.inputGrads.empty() ? st.inputs[i].grad() : st.inputGrads[i];
-        if (!g.defined()) g = torch::zeros_like(st.inputs[i]);
-        sends_.push_back(prevComm_.isend(toWire(g), prevRank_, tag(a.microBatch, i, nIn, true)));
-      }
-      st.inputs.clear();
-      st.inputGrads.clear();
+    case ActionKind::SendGrad:
+      sendGrads(a, st);
       break;
-    }
   }
   if (traced) {
     const auto [name, stream] = traceNameOf(a, chunked);

@@ -197,6 +197,10 @@ class StageWorker {
   void backward(int mb, InFlight& st);
   void backwardInput(int mb, InFlight& st, bool weightNext);
   void backwardWeight(int mb, InFlight& st);
+  void receiveActivations(const Action& a, InFlight& st);
+  void sendActivations(const Action& a, InFlight& st);
+  void receiveGrads(const Action& a, InFlight& st);
+  void sendGrads(const Action& a, InFlight& st);
   bool inputHalfReads() const;  // some input needs a gradient
   std::pair<torch::autograd::edge_list, std::vector<at::Tensor>> backwardRoots(InFlight& st) const;
 
