@@ -28,6 +28,7 @@ void cudaCheck(cudaError_t rc, const std::string& op);
 // The NCCL type of a reduction's dtype; throws CommError, naming `op`, for one NCCL cannot reduce.
 ncclDataType_t ncclType(c10::ScalarType dtype, const char* op);
 
+// The NCCL reduction of `op` (Average: a sum, which the caller then divides).
 ncclRedOp_t ncclOp(ReduceOp op);
 
 // One NCCL communicator and the stream its operations run on. Move-only;
