@@ -190,7 +190,7 @@ struct Problem {
   int64_t rankBudgetBytes = 0;
   double staticPerParamByte = 4;   // see above
   // The optimizer step's own buffers: DistAdam over stepRanks > 1 ranks
-  // (Note [step buffers], optim/DistAdam.cpp) holds, after backward, the
+  // (Note [step buffers], optim/DistAdamBuckets.h) holds, after backward, the
   // gradient shards (paramBytes / ranks) and, for up to two buckets (of at
   // most stepBucketBytes, or one parameter over it: largestParamBytes), a
   // parameter shard and a gather buffer. Activations are gone by then: a

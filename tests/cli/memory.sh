@@ -35,7 +35,7 @@ train keep "$TMP/keep.pb"
 check_memory keep 0
 # DistAdam over 2 replicas: its gradient buckets and moment shards are the
 # model's static bytes (not "outside the model"), and its step buffers exist
-# only during the step (optim/DistAdam.cpp, Note [step buffers]).
+# only during the step (optim/DistAdamBuckets.h, Note [step buffers]).
 dp=(--set pipeline.data_parallel=2 --set optimizer.name=dist_adam --set training.global_batch_size=32)
 plan keep_dp "${dp[@]}"
 train keep_dp "$TMP/keep_dp.pb" "${dp[@]}"

@@ -11,7 +11,11 @@
    MAX_FUNCTION_LINES lines (counted by lizard, a C++-aware code analyser
    from PyPI that scripts/setup.sh installs).
 
-3. Tests' ranks: a gtest takes the MPI world from test::world() and declares
+3. Notes: every `Note [Title]` the sources (and CMakeLists.txt files) name
+   has a row in docs/architecture.md's "## Notes index", and the file that
+   row names mentions that Note; a row no code names is stale.
+
+4. Tests' ranks: a gtest takes the MPI world from test::world() and declares
    its rank counts (tests/Ranks.h), so tests/ calls Communicator::world()
    only in TestMain.cpp and Ranks.cpp, and no test skips for want of ranks.
 
@@ -139,6 +143,42 @@ def check_sizes(source, findings):
         findings.append(f"{key} is no longer over {MAX_FUNCTION_LINES} lines: remove it from KNOWN_LONG_FUNCTIONS")
 
 
+def check_notes(source, findings):
+    path = os.path.join(source, "docs", "architecture.md")
+    with open(path) as f:
+        text = f.read()
+    section = re.search(r"^## Notes index\n(.*?)(?=^## )", text, re.S | re.M)
+    if not section:
+        findings.append(f"{path}: no '## Notes index' section")
+        return
+    index = {}
+    for line in section.group(1).splitlines():
+        m = re.match(r"^\| (.+?) \| (\S+) \|$", line)
+        if m and m.group(1) not in ("Note", "---"):
+            index[m.group(1)] = m.group(2)
+    note = re.compile(r"Note \[([^\]]+)\]")
+    named = {}  # title -> files that name it
+    files = list(sources(source))
+    for root, _, names in os.walk(source):
+        if os.path.relpath(root, source).split(os.sep)[0] in ("build", "tests", "bench", ".git"):
+            continue
+        files += [os.path.relpath(os.path.join(root, n), source) for n in names if n == "CMakeLists.txt"]
+    for rel in files:
+        with open(os.path.join(source, rel)) as f:
+            for title in note.findall(f.read()):
+                title = " ".join(re.sub(r"(//|#)", " ", title).split())  # a title broken over comment lines
+                named.setdefault(title, set()).add(rel)
+    for title in sorted(named):
+        if title not in index:
+            findings.append(f"Note [{title}] (named in {', '.join(sorted(named[title]))}) has no row in "
+                            f"docs/architecture.md's Notes index")
+        elif index[title] not in named[title]:
+            findings.append(f"docs/architecture.md's Notes index puts Note [{title}] in {index[title]}, which does "
+                            f"not name it (it is in {', '.join(sorted(named[title]))})")
+    for title in sorted(set(index) - set(named)):
+        findings.append(f"docs/architecture.md's Notes index lists Note [{title}], which no source names")
+
+
 def check_test_ranks(source, findings):
     world = re.compile(r"Communicator::world\(\)")
     skip = re.compile(r"size\(\)\s*<\s*\d+\)\s*GTEST_SKIP")
@@ -165,6 +205,7 @@ def main():
     check_table(units, findings)
     check_includes(source, units, findings)
     check_sizes(source, findings)
+    check_notes(source, findings)
     check_test_ranks(source, findings)
     for f in findings:
         print(f)
