@@ -16,7 +16,7 @@
 #include "core/Error.h"
 #include "core/Files.h"
 #include "models/TorchScript.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 
 namespace sluice::cli {
 
@@ -63,7 +63,7 @@ static int exportSafeTensors(const sluice::Config& config, const sluice::Manifes
   // A Hugging Face model's config.json beside its program (models/export_hf.py
   // writes one): copied, so from_pretrained(output) reads the directory.
   const auto hfConfig = fs::path(config.model.path).parent_path() / "config.json";
-  if (config.model.kind == sluice::ModelKind::Exported && file != output && fs::is_regular_file(hfConfig)) {
+  if (config.model.spec->strictKeys && file != output && fs::is_regular_file(hfConfig)) {
     sluice::writeFileAtomically((fs::path(output) / "config.json").string(), sluice::readFile(hfConfig.string()));
     std::cout << "copied " << hfConfig.string() << " to " << output << std::endl;
   }
@@ -77,11 +77,11 @@ static int exportSafeTensors(const sluice::Config& config, const sluice::Manifes
 // models/TorchScript.h), or written as safetensors (checkpoint/SafeTensors.h).
 int exportCommand(const CommandLine& a, int, char**) {
   auto config = sluice::Config::load(a.config, a.overrides);
-  const bool torchscript = config.model.kind == sluice::ModelKind::TorchScript;
+  const bool torchscript = config.model.spec->torchScriptFile;
   const std::string format = !a.format.empty() ? a.format : torchscript ? "torchscript" : "safetensors";
   if (format == "torchscript" && !torchscript) {
     throw sluice::ConfigError("sluice export --format torchscript writes TorchScript models; " + a.config +
-                              " has model.name " + sluice::modelName(config.model.kind) +
+                              " has model.name " + config.model.spec->name +
                               ": use --format safetensors (or resume its checkpoints with checkpoint.resume)");
   }
   if (a.checkpoint.empty() || a.output.empty()) {

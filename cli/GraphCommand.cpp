@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "config/Config.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 
 namespace sluice::cli {
 

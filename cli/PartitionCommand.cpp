@@ -8,7 +8,7 @@
 #include "core/Error.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 #include "train/Planning.h"
 
 namespace sluice::cli {

@@ -16,7 +16,7 @@
 #include "launch/Supervisor.h"
 #include "partition/Profile.h"
 #include "partition/Profiler.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 #include "train/Planning.h"
 
 namespace sluice::cli {

@@ -10,7 +10,7 @@
 #include "core/Error.h"
 #include "core/Files.h"
 #include "config/Config.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 #include "train/Planning.h"
 #include "cli/SimulateReport.h"
 #include "partition/Plan.h"

@@ -22,7 +22,7 @@
 #include "launch/LauncherWatch.h"
 #include "launch/OutputLock.h"
 #include "launch/Supervisor.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 #include "train/Trainer.h"
 
 namespace sluice::cli {

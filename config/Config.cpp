@@ -286,7 +286,9 @@ struct KeyLister {
     out.push_back(prefix + name);
     if (!choices) return;
     choices->push_back({prefix + name, {}});
-    for (auto& row : table) choices->back().second.push_back(row.name);
+    for (auto& row : table) {
+      if (row.listed) choices->back().second.push_back(row.name);
+    }
   }
   template <class F>
   void section(const char* name, F visit) {
@@ -391,19 +393,11 @@ const std::vector<Choice<ExecMode>>& executionChoices() {
   return t;
 }
 
-const std::vector<Choice<ModelKind>>& modelChoices() {
-  static const std::vector<Choice<ModelKind>> t = {
-      {ModelKind::Gpt, "gpt", "GPT-2 style transformer (models/Gpt.h)"},
-      {ModelKind::Llama, "llama", "Llama style transformer: RMSNorm, RoPE, SwiGLU, grouped-query attention"},
-      {ModelKind::Mlp, "mlp", "an MLP classifier on synthetic vectors"},
-      {ModelKind::Cnn, "cnn", "conv-BN-ReLU-pool blocks on Fashion-MNIST images"},
-      {ModelKind::TorchScript, "torchscript", "a module saved by torch.jit.trace or torch.jit.script"},
-      {ModelKind::Exported, "exported", "a program saved by torch.export.save (.pt2), e.g. a Hugging Face model"}};
+std::vector<Choice<const ModelSpec*>> modelChoices() {
+  std::vector<Choice<const ModelSpec*>> t;
+  for (const auto& row : modelSpecs()) t.push_back({&row, row.name.c_str(), row.summary.c_str(), row.listed});
   return t;
 }
-
-bool isLanguageModel(ModelKind kind) { return kind == ModelKind::Gpt || kind == ModelKind::Llama; }
-const char* modelName(ModelKind kind) { return choiceName(modelChoices(), kind); }
 
 const std::vector<Choice<DataKind>>& dataChoices() {
   static const std::vector<Choice<DataKind>> t = {

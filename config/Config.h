@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "config/ModelSpec.h"
 #include "core/Choice.h"
 #include "core/CommBackendKind.h"
 #include "core/DeviceKind.h"
@@ -38,13 +39,10 @@ const std::vector<Choice<NanPolicy>>& nanPolicyChoices();          // abort | sk
 const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices();  // graph | compute
 const std::vector<Choice<ExecMode>>& executionChoices();           // eager | compiled
 
-// model.name; each kind's builder is a row of train/ModelSetup.cpp's table.
-enum class ModelKind { Gpt, Llama, Mlp, Cnn, TorchScript, Exported };
-const std::vector<Choice<ModelKind>>& modelChoices();  // gpt | llama | mlp | cnn | torchscript | exported
-// gpt and llama: windows of token ids in, next-token logits out (the
-// model.vocab_size ... keys; data text or tokens).
-bool isLanguageModel(ModelKind kind);
-const char* modelName(ModelKind kind);
+// model.name: a row of the model table (config/ModelSpec.h), listed as a
+// Choice table (gpt | llama | mlp | cnn | torchscript | exported, then rows
+// added at run time, which README's table does not list).
+std::vector<Choice<const ModelSpec*>> modelChoices();
 
 // data.name: text (byte-level windows of files under data.path) | synthetic |
 // fashion_mnist | tokens (a pre-tokenized file of ids, data/TokenFile.h)
@@ -77,7 +75,7 @@ struct InputSpec {
 };
 
 struct ModelConfig {
-  ModelKind kind = ModelKind::Gpt;  // model.name
+  const ModelSpec* spec = &defaultModelSpec();  // model.name: its row of the model table
   // gpt and llama
   int64_t vocabSize = 256;   // byte-level text: 256
   int64_t blockSize = 64;    // sequence length of training windows
@@ -137,7 +135,7 @@ struct TrainingConfig {
   NanPolicy nanPolicy = NanPolicy::Abort;
   // training.precision: fp32 | bf16 | fp16 (the forward captured under autocast:
   // matrix products in bfloat16, float32 weights, gradients, optimizer state,
-  // loss; train/ModelSetup.h, Note [bf16 by capture])
+  // loss; models/ModelSetup.h, Note [bf16 by capture])
   Precision precision = Precision::Fp32;
   // fp16 only (CUDA): dynamic loss scaling (optim/LossScaler.h, Note [fp16
   // loss scaling]). training.loss_scale: the first scale, a power of two;

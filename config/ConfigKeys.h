@@ -51,32 +51,31 @@ void jobKeys(S& s, Config& c) {
 template <class S>
 void modelKeys(S& s, Config& c) {
   auto& m = c.model;
-  s.choice("name", m.kind, modelChoices(), "model");
-  const bool gptLike = isLanguageModel(m.kind), cnn = m.kind == ModelKind::Cnn, llama = m.kind == ModelKind::Llama;
-  const bool torchscript = m.kind == ModelKind::TorchScript, mlp = m.kind == ModelKind::Mlp;
-  const bool exported = m.kind == ModelKind::Exported;
-  s.key("vocab_size", m.vocabSize, gptLike);
-  s.key("block_size", m.blockSize, gptLike);
-  s.key("layers", m.layers, gptLike);
-  s.key("heads", m.heads, gptLike);
-  s.key("embd", m.embd, gptLike);
-  s.key("dropout", m.dropout, gptLike);
+  s.choice("name", m.spec, modelChoices(), "model");
+  // A key is shown (written to config.resolved.yaml) for the models that read it (their spec's keys).
+  auto reads = [&m](const char* key) { return m.spec->reads(key); };
+  s.key("vocab_size", m.vocabSize, reads("vocab_size"));
+  s.key("block_size", m.blockSize, reads("block_size"));
+  s.key("layers", m.layers, reads("layers"));
+  s.key("heads", m.heads, reads("heads"));
+  s.key("embd", m.embd, reads("embd"));
+  s.key("dropout", m.dropout, reads("dropout"));
   s.derive([&] { m.attnDropout = m.dropout; });
-  s.key("attn_dropout", m.attnDropout, gptLike);
+  s.key("attn_dropout", m.attnDropout, reads("attn_dropout"));
   s.key("fuse_attention", m.fuseAttention);
-  s.derive([&] { m.tieEmbeddings = llama; });
-  s.key("tie_embeddings", m.tieEmbeddings, gptLike);
-  s.key("kv_heads", m.kvHeads, llama);
-  s.key("ffn_hidden", m.ffnHidden, llama);
-  s.key("input_dim", m.inputDim, mlp);
-  s.key("hidden", m.hidden, mlp);
-  s.key("mlp_layers", m.mlpLayers, mlp);
-  s.key("classes", m.classes, mlp || cnn);
-  s.key("channels", m.channels, cnn);
-  s.key("path", m.path, torchscript || exported);
-  s.key("loss", m.loss, torchscript);
-  s.key("inputs", m.inputs, torchscript);
-  s.key("targets", m.targets, torchscript);
+  s.derive([&] { m.tieEmbeddings = m.spec->tiesEmbeddings; });
+  s.key("tie_embeddings", m.tieEmbeddings, reads("tie_embeddings"));
+  s.key("kv_heads", m.kvHeads, reads("kv_heads"));
+  s.key("ffn_hidden", m.ffnHidden, reads("ffn_hidden"));
+  s.key("input_dim", m.inputDim, reads("input_dim"));
+  s.key("hidden", m.hidden, reads("hidden"));
+  s.key("mlp_layers", m.mlpLayers, reads("mlp_layers"));
+  s.key("classes", m.classes, reads("classes"));
+  s.key("channels", m.channels, reads("channels"));
+  s.key("path", m.path, reads("path"));
+  s.key("loss", m.loss, reads("loss"));
+  s.key("inputs", m.inputs, reads("inputs"));
+  s.key("targets", m.targets, reads("targets"));
   s.key("weights", m.weights, !m.weights.empty());
 }
 

@@ -14,7 +14,6 @@
 #include "config/ConfigKeys.h"
 #include "data/FashionMnist.h"
 #include "data/TokenFile.h"
-#include "models/Exported.h"
 #include "optim/LossScaler.h"
 #include "pipeline/Schedule.h"
 #include "pipeline/ScheduleKinds.h"
@@ -42,88 +41,12 @@ bool in(const std::string& v, std::initializer_list<const char*> choices) {
   return false;
 }
 
-// model.name: torchscript. What the module's forward takes is checked when
-// it is loaded (models/TorchScript.h); here: the keys and the data.
-void validateTorchScript(const Config& c) {
-  const auto& m = c.model;
-  require(!m.path.empty(), "model.name=torchscript needs model.path: a file saved by torch.jit.trace or torch.jit.script "
-                           "(module.save(\"model.pt\")); see docs/models.md, Bring your PyTorch model");
-  require(std::filesystem::is_regular_file(m.path), "model.path '" + m.path + "' is not a file (save one from PyTorch "
-                                                    "with torch.jit.script(model).save(path))");
-  require(!m.inputs.empty(), "model.name=torchscript needs model.inputs: a list of {name, shape, dtype}, one per "
-                             "argument of forward (shape without the batch dimension)");
-  require(in(m.loss, {"cross_entropy", "mse", "none"}),
-          "model.loss must be cross_entropy, mse or none (forward(inputs..., targets) returns the loss), got '" + m.loss +
-              "'");
-  auto checkSpec = [&](const InputSpec& t, const std::string& key) {
-    require(in(t.dtype, {"float32", "int64"}), key + ".dtype must be float32 or int64, got '" + t.dtype + "'");
-    for (auto d : t.shape) require(d >= 1, key + ".shape: every size must be >= 1");
-  };
-  for (size_t i = 0; i < m.inputs.size(); ++i) checkSpec(m.inputs[i], "model.inputs[" + std::to_string(i) + "]");
-  checkSpec(m.targets, "model.targets");
-  require(c.data.kind == DataKind::Text || c.data.kind == DataKind::FashionMnist,
-          "model.name=torchscript reads data.name text (byte windows) or fashion_mnist (images); got data.name=" +
-              std::string(dataName(c.data.kind)));
-  require(m.inputs.size() == 1, "model.inputs: data." + std::string(dataName(c.data.kind)) + " gives each sample one input, so forward must "
-                                "take one argument besides the targets; got " + std::to_string(m.inputs.size()));
-  if (c.data.kind == DataKind::Text) {
-    const auto& in0 = m.inputs[0];
-    require(in0.shape.size() == 1 && in0.dtype == "int64",
-            "model.inputs[0] (" + in0.name + "): data.name=text gives windows of byte tokens, so the input must be "
-            "shape [block_size] with dtype int64");
-    require(m.targets.shape == in0.shape && m.targets.dtype == "int64",
-            "model.targets: data.name=text gives the next byte of every position, so targets must be shape [" +
-                std::to_string(in0.shape[0]) + "] with dtype int64 like model.inputs[0]");
-  } else {
-    const auto& in0 = m.inputs[0];
-    require(in0.shape == std::vector<int64_t>{1, 28, 28} && in0.dtype == "float32",
-            "model.inputs[0] (" + in0.name + "): data.name=fashion_mnist gives images of shape [1, 28, 28] with dtype "
-            "float32");
-    require(m.targets.shape.empty() && m.targets.dtype == "int64",
-            "model.targets: data.name=fashion_mnist gives one class label per image: shape [] with dtype int64");
-    require(m.loss != "mse", "model.loss: data.name=fashion_mnist is classification: use cross_entropy (or none)");
-  }
-}
-
-// model.name: exported. The program's signature (models/Exported.h) is read
-// now: one int64 input [micro_batch_size, block] and one output [..., vocab]
-// fix model.block_size and model.vocab_size (derived, not keys).
-void validateExported(Config& c) {
-  auto& m = c.model;
-  require(!m.path.empty(), "model.name=exported needs model.path: a .pt2 file written by "
-                           "torch.export.save(torch.export.export(model, (example_ids,)), path); models/export_hf.py "
-                           "writes one for Hugging Face models");
-  const auto sig = models::readExportedSignature(m.path);
-  const auto& in = sig.input;
-  const auto& out = sig.output;
-  require(in.dtype == c10::kLong && in.sizes.size() == 2,
-          "model.path '" + m.path + "': its input " + in.name + " must be token ids, int64 of shape [batch, block]; got " +
-              c10::toString(in.dtype) + " of " + std::to_string(in.sizes.size()) + " dimensions");
-  require(in.sizes[0] == c.training.microBatchSize,
-          "model.path '" + m.path + "' was exported for batches of " + std::to_string(in.sizes[0]) +
-              " rows, but training.micro_batch_size is " + std::to_string(c.training.microBatchSize) +
-              ": export with an example batch of that many rows (models/export_hf.py --batch " +
-              std::to_string(c.training.microBatchSize) + ") or set training.micro_batch_size: " +
-              std::to_string(in.sizes[0]));
-  require(out.sizes.size() == 3 && out.sizes[0] == in.sizes[0] && out.sizes[1] == in.sizes[1],
-          "model.path '" + m.path + "': its output " + out.name + " must be logits of shape [batch, block, vocab]");
-  require(m.loss == "cross_entropy", "model.loss: an exported program returns logits: use cross_entropy");
-  require(c.data.kind == DataKind::Text || c.data.kind == DataKind::Tokens || c.data.kind == DataKind::Synthetic,
-          "model.name=exported reads token windows: data.name text, tokens or synthetic");
-  m.blockSize = in.sizes[1];
-  m.vocabSize = out.sizes[2];
-  if (c.data.kind == DataKind::Text) {
-    require(m.vocabSize >= 256, "model.path '" + m.path + "' has a vocabulary of " + std::to_string(m.vocabSize) +
-                                    " but data.name=text gives bytes (256 values): export with vocab_size >= 256");
-  }
-}
-
 // data.name: tokens. The files are opened now (every id read once), so a
 // wrong dtype, header or vocabulary fails before any rank starts.
 void validateTokens(const Config& c) {
-  require(isLanguageModel(c.model.kind) || c.model.kind == ModelKind::Exported,
-          "data.name=tokens gives windows of token ids for a language model: use model.name gpt, llama or exported, got " +
-              std::string(modelName(c.model.kind)));
+  require(c.model.spec->tokenWindows,
+          "data.name=tokens gives windows of token ids for a language model: use model.name " +
+              modelNamesWhere(&ModelSpec::tokenWindows) + ", got " + c.model.spec->name);
   require(in(c.data.tokenDtype, {"uint16", "uint32"}),
           "data.token_dtype must be uint16 or uint32, got '" + c.data.tokenDtype + "'");
   require(c.training.evalInterval == 0 || !c.data.evalPath.empty(),
@@ -162,85 +85,32 @@ void validateJob(Config& c) {
           "auto (CPU tensors always go over MPI)");
 }
 
+// The keys every model shares, then the model's own checks (its spec's validate).
 void validateModel(Config& c) {
   auto& m = c.model;
-  require(isLanguageModel(m.kind) || !m.tieEmbeddings,
-          "model.tie_embeddings is for model.name gpt or llama (a TorchScript model ties its own weights)");
+  const ModelSpec& spec = *m.spec;
+  require(spec.reads("tie_embeddings") || !m.tieEmbeddings,
+          "model.tie_embeddings is for model.name " + modelNamesReading("tie_embeddings") +
+              " (a TorchScript model ties its own weights)");
   require(m.weights.empty() || std::filesystem::is_regular_file(m.weights),
           "model.weights '" + m.weights + "' is not a file (a safetensors file: `sluice export --format safetensors` "
           "writes one from a checkpoint)");
-  require(m.kind == ModelKind::Llama || (m.kvHeads == 0 && m.ffnHidden == 0),
-          "model.kv_heads and model.ffn_hidden are for model.name llama, got model.name " +
-              std::string(modelName(m.kind)));
+  require((spec.reads("kv_heads") || m.kvHeads == 0) && (spec.reads("ffn_hidden") || m.ffnHidden == 0),
+          "model.kv_heads and model.ffn_hidden are for model.name " + modelNamesReading("kv_heads") +
+              ", got model.name " + spec.name);
   require(c.data.kind != DataKind::Tokens || !c.data.path.empty(),
           "data.name=tokens needs data.path: a file of token ids (scripts/tokenize.py writes one)");
   if (c.data.path.empty()) {
     c.data.path = c.data.kind == DataKind::FashionMnist ? "/usr/share/datasets/fashion-mnist" : "/usr/share/games/fortunes";
   }
-  if (m.kind == ModelKind::TorchScript) {
-    validateTorchScript(c);
-  } else if (m.kind == ModelKind::Exported) {
-    validateExported(c);
-  } else if (m.kind == ModelKind::Cnn) {
-    require(!m.channels.empty() && m.channels.size() <= 4,
-            "model.channels must list 1 to 4 block widths (each block halves the 28x28 image), got " +
-                std::to_string(m.channels.size()));
-    for (auto ch : m.channels) require(ch >= 1, "model.channels: every width must be >= 1");
-    require(m.classes >= 1, "model.classes must be >= 1");
-    require(c.data.kind == DataKind::FashionMnist, "model.name=cnn needs data.name=fashion_mnist (images)");
-    require(m.classes == 10, "model.classes must be 10 for fashion_mnist, got " + std::to_string(m.classes));
-  } else if (isLanguageModel(m.kind)) {
-    for (auto [key, v] : {std::pair<const char*, int64_t>{"model.vocab_size", m.vocabSize},
-                          {"model.block_size", m.blockSize}, {"model.layers", m.layers},
-                          {"model.heads", m.heads}, {"model.embd", m.embd}}) {
-      require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
-    }
-    require(m.embd % m.heads == 0, "model.embd (" + std::to_string(m.embd) + ") must be divisible by model.heads (" +
-                                       std::to_string(m.heads) + "): " + std::to_string(m.embd) + " % " +
-                                       std::to_string(m.heads) + " = " + std::to_string(m.embd % m.heads));
-    require(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1), got " + std::to_string(m.dropout));
-    require(m.attnDropout >= 0 && m.attnDropout < 1,
-            "model.attn_dropout must be in [0, 1), got " + std::to_string(m.attnDropout));
-    if (m.kind == ModelKind::Llama) {
-      const int64_t kv = m.kvHeads == 0 ? m.heads : m.kvHeads;
-      require(m.kvHeads >= 0, "model.kv_heads must be >= 1 (0 = model.heads), got " + std::to_string(m.kvHeads));
-      require(m.heads % kv == 0, "model.kv_heads (" + std::to_string(kv) + ") must divide model.heads (" +
-                                     std::to_string(m.heads) + "): " + std::to_string(m.heads) + " % " +
-                                     std::to_string(kv) + " = " + std::to_string(m.heads % kv));
-      require((m.embd / m.heads) % 2 == 0, "model.embd / model.heads (" + std::to_string(m.embd) + " / " +
-                                               std::to_string(m.heads) + " = " + std::to_string(m.embd / m.heads) +
-                                               ") must be even: rotary embeddings rotate pairs of dimensions");
-      require(m.ffnHidden >= 0, "model.ffn_hidden must be >= 0 (0 = 2/3 x 4 x embd), got " + std::to_string(m.ffnHidden));
-    }
-    if (c.data.kind == DataKind::Text) {
-      require(m.vocabSize >= 256, "model.vocab_size must be >= 256 for byte-level text data, got " +
-                                      std::to_string(m.vocabSize));
-    }
-  } else {
-    for (auto [key, v] : {std::pair<const char*, int64_t>{"model.input_dim", m.inputDim}, {"model.hidden", m.hidden},
-                          {"model.mlp_layers", m.mlpLayers}, {"model.classes", m.classes}}) {
-      require(v >= 1, std::string(key) + " must be >= 1, got " + std::to_string(v));
-    }
-    require(c.data.kind == DataKind::Synthetic, "model.name=mlp needs data.name=synthetic (text data is for gpt)");
-    // Its graph is small and known: per hidden layer t, addmm, gelu; the head
-    // t, addmm; every boundary between them a valid cut. More pieces than
-    // ops cannot be cut: say so now, not after starting that many ranks.
-    const int64_t ops = 3 * m.mlpLayers + 2;
-    const int64_t pieces = static_cast<int64_t>(c.pipeline.stages) * std::max(1, c.pipeline.chunks);
-    require(pieces <= ops, "model.name=mlp with model.mlp_layers " + std::to_string(m.mlpLayers) + " has " +
-                               std::to_string(ops) + " ops, so it splits into at most " + std::to_string(ops) +
-                               " pieces; pipeline.stages (" + std::to_string(c.pipeline.stages) + ") x " +
-                               std::to_string(std::max(1, c.pipeline.chunks)) +
-                               " per rank asks for " + std::to_string(pieces) +
-                               ": lower pipeline.stages or raise model.mlp_layers");
-  }
+  spec.validate(c);
 }
 
 void validateData(Config& c) {
   auto& m = c.model;
   if (c.data.kind == DataKind::FashionMnist) {
-    require(m.kind == ModelKind::Cnn || m.kind == ModelKind::TorchScript,
-            "data.name=fashion_mnist gives [1, 28, 28] images: use model.name cnn or torchscript");
+    require(m.spec->images,
+            "data.name=fashion_mnist gives [1, 28, 28] images: use model.name " + modelNamesWhere(&ModelSpec::images));
     // The evaluation split only when evaluation is on (training.eval_interval > 0).
     std::vector<std::string> splits{"train"};
     if (c.training.evalInterval > 0 && c.data.evalSplit != "train") splits.push_back(c.data.evalSplit);
@@ -463,13 +333,14 @@ struct ModelKeyList {
   void derive(F) {}
 };
 
-// A model key given with model.name: exported that does not apply to it
-// (e.g. model.vocab_size: the program fixes its sizes) is refused like an
-// unknown key: it would be dropped without a word. model.weights and
-// model.loss are shown by other rules and checked on their own. (The built-in
-// models still accept each other's keys: configs switch model.name by --set.)
+// A model key given with a model whose spec has strictKeys (model.name:
+// exported: the program fixes its sizes) that does not apply to it is
+// refused like an unknown key: it would be dropped without a word.
+// model.weights and model.loss are shown by other rules and checked on their
+// own. (The other models accept each other's keys: configs switch model.name
+// by --set.)
 void refuseInapplicableModelKeys(Config& c) {
-  if (c.model.kind != ModelKind::Exported) return;
+  if (!c.model.spec->strictKeys) return;
   Config copy = c;
   ModelKeyList list;
   modelKeys(list, copy);
@@ -480,8 +351,8 @@ void refuseInapplicableModelKeys(Config& c) {
   for (auto& [name, applies] : list.keys) {
     if (applies || name == "weights" || name == "loss") continue;
     require(!c.givenKeys.count("model." + name),
-            "model." + name + " does not apply to model.name: " + modelName(c.model.kind) +
-                (c.model.kind == ModelKind::Exported ? " (the program fixes its sizes and layers)" : "") +
+            "model." + name + " does not apply to model.name: " + c.model.spec->name + " (" +
+                c.model.spec->strictKeysReason + ")" +
                 "; remove it. Keys of this model: name" + applying);
   }
 }

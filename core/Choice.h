@@ -19,6 +19,7 @@ struct Choice {
   Kind kind;
   const char* name;
   const char* summary;
+  bool listed = true;  // false: a test-only row, parsed but not listed in README's tables (configChoiceNames)
 };
 
 // "cpu | cuda"

@@ -61,6 +61,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/LossFn.h"
 #include "core/Communicator.h"
 #include "core/GraphSplit.h"
 #include "core/RandomStream.h"
@@ -80,8 +81,6 @@ struct MicroBatch {
   // its index in the step's list.
   RandomKey random;
 };
-
-using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 
 // Sums of a forward-only pass (last stage; zeros elsewhere): loss summed
 // over samples (mean loss x rows per micro-batch), correct argmax

@@ -36,7 +36,7 @@ Communicator sharedGpuWorld(const c10::Device& gpu);
 // no saved tensors (so time alone decides a plan).
 partition::Profile randomTimesProfile(const OpGraph& graph);
 
-// The language models' loss, as train/ModelSetup.cpp's: mean cross-entropy
+// The language models' loss, as config/models/SpecParts.cpp's: mean cross-entropy
 // of [B, T, V] logits against [B, T] next tokens (torch::nn::functional).
 at::Tensor tokenCrossEntropy(const at::Tensor& logits, const at::Tensor& target);
 

@@ -31,7 +31,7 @@
 #include "core/Communicator.h"
 #include "core/OpGraph.h"
 #include "config/Config.h"
-#include "train/ModelSetup.h"
+#include "models/ModelSetup.h"
 #include "data/FashionMnist.h"
 #include "data/TokenFile.h"
 #include "pipeline/StageWorker.h"

@@ -20,7 +20,7 @@
 #include "core/Communicator.h"
 #include "core/OpGraph.h"
 #include "config/Config.h"
-#include "train/ModelSetup.h"
+#include "models/ModelSetup.h"
 #include "memory/MemoryPlan.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"

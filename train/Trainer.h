@@ -43,7 +43,7 @@
 #include "config/Config.h"
 #include "train/Evaluation.h"
 #include "telemetry/Metrics.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 #include "launch/RankEnv.h"
 #include "memory/MemoryPlan.h"
 #include "memory/SavedTensorHooks.h"

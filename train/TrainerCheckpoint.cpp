@@ -136,7 +136,7 @@ std::map<std::string, torch::Tensor> Trainer::stageTensors() const {
 // (by module path) to a part file in output_dir, rank 0 puts them into the
 // module loaded from model.path and saves output_dir/model.pt atomically.
 void Trainer::exportModel() {
-  if (c_.model.kind != ModelKind::TorchScript) return;
+  if (!c_.model.spec->torchScriptFile) return;
   CommActivity activity("writing model.pt");
   const fs::path dir(outDir_);
   auto part = [&](int stage) { return (dir / ("model.stage_" + std::to_string(stage) + ".part")).string(); };

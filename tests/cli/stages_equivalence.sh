@@ -49,7 +49,7 @@ train zb_two_by_two --set pipeline.stages=2 --set pipeline.data_parallel=2 --set
 # norm], optim/GradClip.h), so 2 stages under zb-h1 clip bitwise like 1 stage.
 train clip_one --set pipeline.stages=1 --set optimizer.clip_grad_norm=0.2
 train clip_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set optimizer.clip_grad_norm=0.2 "${P[@]}"
-# bf16 (Note [bf16 by capture], train/ModelSetup.h): autocast's casts are graph nodes, so 2
+# bf16 (Note [bf16 by capture], models/ModelSetup.h): autocast's casts are graph nodes, so 2
 # stages under zb-h1 run the 1-stage ops exactly; 2 x 2 (DistAdam) within 5e-5: the replica average
 # rounds a float32 weight 1 ulp apart from one process's sum (~1e-7, as in float32), and the next
 # forward's cast to bfloat16 can turn that into 1 bfloat16 ulp (2^-8) of the element, so the loss

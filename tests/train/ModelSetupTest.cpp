@@ -7,7 +7,7 @@
 
 #include "core/Error.h"
 #include "config/Config.h"
-#include "train/ModelSetup.h"
+#include "train/ModelFromConfig.h"
 
 namespace sluice {
 namespace {

@@ -1,23 +1,28 @@
-// From a Config to the pieces a job needs: the model (built from job.seed, so
-// every rank holds identical initial weights), its forward for capture, its
-// loss, and its dataset.
+// models::ModelSetup: a model as a job runs it: the module (built from
+// job.seed, so every rank holds identical initial weights), its forward for
+// capture, its loss and its dataset, and the capture itself. A model's spec
+// builds one from the config (config/ModelSpec.h); train/ModelFromConfig.h
+// adds what every model shares (model.weights, training.precision).
 #pragma once
+
+#include <torch/nn/module.h>
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/Capture.h"
+#include "core/LossFn.h"
 #include "core/OpGraph.h"
-#include "config/Config.h"
 #include "data/Dataset.h"
-#include "pipeline/StageWorker.h"
 
 namespace sluice {
 
 struct ModelSetup {
   std::shared_ptr<torch::nn::Module> module;
   ForwardFn forward;
-  pipeline::LossFn loss;
+  LossFn loss;
   std::unique_ptr<data::Dataset> dataset;
   int64_t tokensPerSample = 0;  // 0 when tokens do not apply
   std::vector<std::string> inputNames{"input"};  // the graph's data inputs
@@ -56,13 +61,11 @@ struct ModelSetup {
   std::vector<torch::Tensor> tensorsByName(const std::vector<std::string>& names) const;
 };
 
-// Builds the model (after checkModelFitsMemory), its forward, loss and data.
-ModelSetup makeModelSetup(const Config& config);
-// Estimates from the config alone what one rank holds before the model is
-// split (parameters with gradients and Adam state, buffers, one micro-batch of
-// activations) and throws ConfigError naming the keys and the bytes when
-// ranksHere such ranks exceed the machine's memory: before anything is
-// allocated. makeModelSetup checks with Open MPI's local rank count.
-void checkModelFitsMemory(const Config& config, int ranksHere = 1);
+// A built-in torch::nn module (a ModuleHolder) whose forward takes the one data input.
+template <class Holder>
+void setModule(ModelSetup& s, Holder module) {
+  s.module = module.ptr();
+  s.forward = [module](const std::vector<torch::Tensor>& in) mutable { return module->forward(in.at(0)); };
+}
 
 }  // namespace sluice
