@@ -27,41 +27,11 @@ TokenFile::TokenFile(const std::string& path, const std::string& dtype, int64_t 
                "token file '" << path << "' is not a regular file");
   const auto bytes = static_cast<int64_t>(stat_.st_size);
   SLUICE_CHECK(bytes > 0, DataError, "token file '" << path << "' is empty");
-  int64_t width = dtype == "uint16" ? 2 : 4, offset = 0, count = -1;
-  int32_t ints[3] = {0, 0, 0};
-  if (bytes >= kHeaderInts * 4) readAt(0, sizeof(ints), reinterpret_cast<uint8_t*>(ints));
-  if (bytes >= kHeaderInts * 4 && ints[0] == kHeaderMagic) {
-    // llm.c's header: version 1 holds uint16 ids, 2 uint32; then the count.
-    header_ = true;
-    const int32_t version = ints[1];
-    SLUICE_CHECK(version == 1 || version == 2, DataError,
-                 "token file '" << path << "': header version " << version << " (llm.c's are 1 = uint16, 2 = uint32)");
-    const int64_t headerWidth = version == 1 ? 2 : 4;
-    SLUICE_CHECK(headerWidth == width, DataError,
-                 "token file '" << path << "': its header says uint" << 8 * headerWidth << " ids (version " << version
-                                << ") but data.token_dtype is " << dtype << "; set data.token_dtype: uint"
-                                << 8 * headerWidth);
-    count = ints[2];
-    offset = kHeaderInts * 4;
-    SLUICE_CHECK(count >= 0 && offset + count * width == bytes, DataError,
-                 "token file '" << path << "': its header counts " << count << " tokens of " << width << " bytes ("
-                                << kHeaderInts * 4 << " + " << count << " x " << width << " = "
-                                << kHeaderInts * 4 + count * width << " bytes) but the file has " << bytes
-                                << " bytes: it is truncated or not what the header says");
-  } else {
-    SLUICE_CHECK(bytes % width == 0, DataError,
-                 "token file '" << path << "' has " << bytes << " bytes, not a whole number of " << dtype << " ids ("
-                                << bytes << " % " << width << " = " << bytes % width
-                                << "): is data.token_dtype right?");
-    count = bytes / width;
-  }
-  offset_ = offset;
-  width_ = width;
-  count_ = count;
-  SLUICE_CHECK(count >= blockSize + 1, DataError,
-               "token file '" << path << "' holds " << count << " tokens, fewer than one window of model.block_size + 1 = "
-                              << blockSize + 1);
-  windows_ = (count - 1) / blockSize;
+  readLayout(dtype, bytes);
+  SLUICE_CHECK(count_ >= blockSize + 1, DataError,
+               "token file '" << path << "' holds " << count_
+                              << " tokens, fewer than one window of model.block_size + 1 = " << blockSize + 1);
+  windows_ = (count_ - 1) / blockSize;
   const auto scan = largestId(stat_);
   maxId_ = scan.first;
   // uint32 ids read as uint16 (a headerless file): below 65,536 every id's
@@ -76,6 +46,42 @@ TokenFile::TokenFile(const std::string& path, const std::string& dtype, int64_t 
                               << maxId_ + 1 << " ids, more than model.vocab_size (" << vocabSize
                               << "): set model.vocab_size >= " << maxId_ + 1
                               << (header_ ? "" : " (or check data.token_dtype)"));
+}
+
+// Where the ids start, their width and count: after llm.c's header (which must agree with dtype and the
+// file's size), or the whole file of dtype ids.
+void TokenFile::readLayout(const std::string& dtype, int64_t bytes) {
+  int64_t width = dtype == "uint16" ? 2 : 4, offset = 0, count = -1;
+  int32_t ints[3] = {0, 0, 0};
+  if (bytes >= kHeaderInts * 4) readAt(0, sizeof(ints), reinterpret_cast<uint8_t*>(ints));
+  if (bytes >= kHeaderInts * 4 && ints[0] == kHeaderMagic) {
+    // llm.c's header: version 1 holds uint16 ids, 2 uint32; then the count.
+    header_ = true;
+    const int32_t version = ints[1];
+    SLUICE_CHECK(version == 1 || version == 2, DataError,
+                 "token file '" << path_ << "': header version " << version << " (llm.c's are 1 = uint16, 2 = uint32)");
+    const int64_t headerWidth = version == 1 ? 2 : 4;
+    SLUICE_CHECK(headerWidth == width, DataError,
+                 "token file '" << path_ << "': its header says uint" << 8 * headerWidth << " ids (version " << version
+                                << ") but data.token_dtype is " << dtype << "; set data.token_dtype: uint"
+                                << 8 * headerWidth);
+    count = ints[2];
+    offset = kHeaderInts * 4;
+    SLUICE_CHECK(count >= 0 && offset + count * width == bytes, DataError,
+                 "token file '" << path_ << "': its header counts " << count << " tokens of " << width << " bytes ("
+                                << kHeaderInts * 4 << " + " << count << " x " << width << " = "
+                                << kHeaderInts * 4 + count * width << " bytes) but the file has " << bytes
+                                << " bytes: it is truncated or not what the header says");
+  } else {
+    SLUICE_CHECK(bytes % width == 0, DataError,
+                 "token file '" << path_ << "' has " << bytes << " bytes, not a whole number of " << dtype << " ids ("
+                                << bytes << " % " << width << " = " << bytes % width
+                                << "): is data.token_dtype right?");
+    count = bytes / width;
+  }
+  offset_ = offset;
+  width_ = width;
+  count_ = count;
 }
 
 void TokenFile::readAt(int64_t offset, int64_t bytes, uint8_t* out) const {

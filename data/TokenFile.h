@@ -64,6 +64,8 @@ class TokenFile : public Dataset {
  private:
   // Reads `bytes` at `offset` of the file (DataError on a short read: the file shrank).
   void readAt(int64_t offset, int64_t bytes, uint8_t* out) const;
+  // Sets offset_, width_, count_ and header_ from llm.c's header or the file's size (DataError when they disagree).
+  void readLayout(const std::string& dtype, int64_t bytes);
   // DataError when the file's size or modification time is no longer the load's.
   void checkUnchanged() const;
   int64_t idAt(const uint8_t* p) const;  // one id (unaligned little-endian read)
