@@ -63,8 +63,8 @@ std::pair<std::string, std::string> predictedBusy(const partition::Plan* plan, i
   return {busy, bubble};
 }
 
-std::string summarize(const Communicator& world, const TraceRecorder& trace, double offset, int stage,
-                      int stages, const partition::Plan* plan) {
+// This rank's part of the summary: four numbers per traced step (the fourth: its stage).
+torch::Tensor tracedStepSpans(const TraceRecorder& trace, double offset, int stage) {
   // Per traced step: [step start, end of the last forward/backward, busy], on rank 0's clock, in us.
   const std::vector<TraceEvent> events = trace.events();
   std::vector<int64_t> steps;
@@ -85,26 +85,13 @@ std::string summarize(const Communicator& world, const TraceRecorder& trace, dou
       }
     }
   }
-  auto all = torch::zeros({world.size() * n * 4}, torch::kDouble);
-  world.allGather(mine, all);
-  if (world.rank() != 0 || n == 0) return "";
-  auto a = all.accessor<double, 1>();
-  double windowSum = 0;
-  std::vector<double> busy(stages, 0), count(stages, 0);
-  for (int i = 0; i < n; ++i) {
-    double start = std::numeric_limits<double>::infinity(), end = 0;
-    for (int r = 0; r < world.size(); ++r) {
-      start = std::min(start, a[(r * n + i) * 4]);
-      end = std::max(end, a[(r * n + i) * 4 + 1]);
-    }
-    windowSum += end - start;
-    for (int r = 0; r < world.size(); ++r) {
-      const int s = static_cast<int>(a[(r * n + i) * 4 + 3]);
-      busy[s] += a[(r * n + i) * 4 + 2];
-      count[s] += 1;
-    }
-  }
-  const double window = windowSum / n / 1e3;  // ms per step
+  return mine;
+}
+
+// The table itself: n traced steps, the pipeline window in ms per step, and
+// per stage the busy us summed over its ranks' steps (count: how many).
+std::string timelineTable(int n, double window, const std::vector<double>& busy, const std::vector<double>& count,
+                          int stages, const partition::Plan* plan) {
   std::ostringstream os;
   char line[200];
   os << "timeline: measured over " << n << " traced step" << (n > 1 ? "s" : "") << " (pipeline window "
@@ -133,6 +120,33 @@ std::string summarize(const Communicator& world, const TraceRecorder& trace, dou
   }
   os << "\n";
   return os.str();
+}
+
+std::string summarize(const Communicator& world, const TraceRecorder& trace, double offset, int stage,
+                      int stages, const partition::Plan* plan) {
+  auto mine = tracedStepSpans(trace, offset, stage);
+  const int n = static_cast<int>(mine.numel() / 4);
+  auto all = torch::zeros({world.size() * n * 4}, torch::kDouble);
+  world.allGather(mine, all);
+  if (world.rank() != 0 || n == 0) return "";
+  auto a = all.accessor<double, 1>();
+  double windowSum = 0;
+  std::vector<double> busy(stages, 0), count(stages, 0);
+  for (int i = 0; i < n; ++i) {
+    double start = std::numeric_limits<double>::infinity(), end = 0;
+    for (int r = 0; r < world.size(); ++r) {
+      start = std::min(start, a[(r * n + i) * 4]);
+      end = std::max(end, a[(r * n + i) * 4 + 1]);
+    }
+    windowSum += end - start;
+    for (int r = 0; r < world.size(); ++r) {
+      const int s = static_cast<int>(a[(r * n + i) * 4 + 3]);
+      busy[s] += a[(r * n + i) * 4 + 2];
+      count[s] += 1;
+    }
+  }
+  const double window = windowSum / n / 1e3;  // ms per step
+  return timelineTable(n, window, busy, count, stages, plan);
 }
 
 }  // namespace
