@@ -214,20 +214,11 @@ void checkManifest(const Manifest& m, const fs::path& dir) {
   }
 }
 
-}  // namespace
-
-Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current) {
-  const fs::path dir(path);
-  const fs::path manifestPath = dir / "manifest.yaml";
-  SLUICE_CHECK(fs::exists(manifestPath), CheckpointError,
-               "checkpoint " << path << " is incomplete or not a checkpoint (no manifest.yaml): resume from another "
-                             << "(checkpoint.resume) or start fresh (checkpoint.resume: none)");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(manifestPath.string());
-  } catch (const YAML::Exception& e) {
-    throw CheckpointError("checkpoint " + path + ": manifest.yaml is corrupt (" + e.msg + ")");
-  }
+// The manifest's fields, read from its YAML (CheckpointError when one is
+// missing or not of its type, or the format is another). root is a handle
+// taken by value, not const: yaml-cpp's const lookups report a missing field
+// in other words than these non-const ones.
+Manifest manifestFields(YAML::Node root, const std::string& path) {
   Manifest m;
   m.path = path;
   try {
@@ -263,6 +254,24 @@ Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current
   } catch (const YAML::Exception& e) {
     throw CheckpointError("checkpoint " + path + ": manifest.yaml lacks a field (" + e.msg + ")");
   }
+  return m;
+}
+
+}  // namespace
+
+Manifest openCheckpoint(const std::string& path, const CheckpointLayout& current) {
+  const fs::path dir(path);
+  const fs::path manifestPath = dir / "manifest.yaml";
+  SLUICE_CHECK(fs::exists(manifestPath), CheckpointError,
+               "checkpoint " << path << " is incomplete or not a checkpoint (no manifest.yaml): resume from another "
+                             << "(checkpoint.resume) or start fresh (checkpoint.resume: none)");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(manifestPath.string());
+  } catch (const YAML::Exception& e) {
+    throw CheckpointError("checkpoint " + path + ": manifest.yaml is corrupt (" + e.msg + ")");
+  }
+  Manifest m = manifestFields(root, path);
   checkManifest(m, dir);
   // The same model: every model key must agree.
   for (auto& [key, value] : current.model) {
