@@ -112,6 +112,9 @@ class Trainer {
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
   // gradNorm: the global gradient norm under optimizer.clip_grad_norm (a device tensor, read at log points).
   torch::Tensor step(int64_t step, bool* skipped, torch::Tensor* gradNorm);
+  // step()'s decision on its per-parameter finite flags (train/TrainerStep.cpp).
+  bool updateGoesAhead(int64_t step, const torch::Tensor& flags, const std::vector<torch::Tensor>& params,
+                       bool* skipped);
   // This stage's parameters and buffers by module path (checkpoints, model.pt).
   std::map<std::string, torch::Tensor> stageTensors() const;
   void exportModel();

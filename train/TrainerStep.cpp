@@ -48,11 +48,25 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm
                                         : torch::ones({}, torch::TensorOptions().dtype(torch::kBool).device(device_)));
   }
   auto flags = finite.empty() ? torch::ones({1}, torch::kBool) : torch::stack(finite);
+  if (!updateGoesAhead(step, flags, params, skipped)) return loss;
+  const double optimizerStart = TraceRecorder::nowUs();
+  if (clip_) *gradNorm = clip_->apply(optimizer(), params, {&dpComm_, &pipelineComm_});
+  optimizer().step();
+  trace_.add("optimizer", "compute", -1, optimizerStart, TraceRecorder::nowUs());
+  return loss;
+}
+
+// training.nan_policy and fp16 loss scaling on the step's per-parameter
+// finite flags (see step()): whether the update goes ahead. When it does not,
+// the gradients are zeroed and *skipped is set; under abort without loss
+// scaling the flags wait for the next log point and the update goes ahead.
+bool Trainer::updateGoesAhead(int64_t step, const torch::Tensor& flags, const std::vector<torch::Tensor>& params,
+                              bool* skipped) {
   auto skip = [&](const std::string& why) {
     *skipped = true;
     optim::zeroGradients(optimizer());  // DistAdam: also finishes its abandoned reductions
     if (rank_ == 0) log::warn("step " + std::to_string(step) + ": " + why);
-    return loss;
+    return false;
   };
   if (c_.training.nanPolicy == NanPolicy::Abort && !lossScaler_) {
     nanChecks_.push_back({step, flags});
@@ -83,11 +97,7 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm
       return skip("non-finite gradients, update skipped (training.nan_policy skip)");
     }
   }
-  const double optimizerStart = TraceRecorder::nowUs();
-  if (clip_) *gradNorm = clip_->apply(optimizer(), params, {&dpComm_, &pipelineComm_});
-  optimizer().step();
-  trace_.add("optimizer", "compute", -1, optimizerStart, TraceRecorder::nowUs());
-  return loss;
+  return true;
 }
 
 void Trainer::sumTiedGradients() {
