@@ -120,6 +120,7 @@ class Trainer {
   void exportModel();
   void syncBuffers();
   std::string saveCheckpoint(int64_t stepsDone, double lr);
+  void applyRestoredState();  // restore()'s part when resuming (train/TrainerCheckpoint.cpp)
   // The plan saved with the checkpoint resumed from, when the pipeline settings are still the same.
   std::optional<partition::Plan> planOfCheckpoint() const;
   CheckpointLayout layout() const;

@@ -66,49 +66,7 @@ void Trainer::restore() {
   TransferScope scope(TransferScope::Kind::Setup);
   const std::string dir = resume_ ? resume_->path : "";
   const fs::path out = c_.job.outputDir;
-  if (resume_) {
-    const auto& manifest = *resume_;
-    const auto& state = *restored_;
-    {
-      torch::NoGradGuard noGrad;
-      auto tensors = setup_.tensorsByName(paramNames_);
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        const auto found = state.tensors.find(paramNames_[i]);
-        if (found == state.tensors.end()) continue;  // a buffer the model derives (Trainer::plan): its own
-        const auto& saved = found->second;
-        SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
-                     "checkpoint " << dir << ": " << paramNames_[i] << " has shape " << saved.sizes()
-                                   << ", the model " << tensors[i].sizes() << ": it was made for another model");
-        tensors[i].copy_(saved);
-      }
-    }
-    std::vector<optim::AdamState> adam;
-    for (auto& name : trainableNames_) {
-      auto it = state.adam.find(name);
-      adam.push_back(it == state.adam.end() ? optim::AdamState{} : it->second);
-    }
-    optim::setAdamState(optimizer(), worker_->trainableParameters(), adam);
-    if (state.rng.defined()) {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state.rng);
-    }
-    if (lossScaler_ && manifest.lossScale > 0) lossScaler_->restore(manifest.lossScale, manifest.lossScaleGoodSteps);
-    if (lossScaler_ && rank_ == 0) {
-      log::info(std::string("loss scale: ") +
-                (manifest.lossScale > 0 ? "the checkpoint's, " : "the checkpoint has none (not fp16), training.loss_scale: ") +
-                optim::scaleText(lossScaler_->scale()));
-    }
-    restored_.reset();
-    startStep_ = manifest.step;
-    if (rank_ == 0) {
-      log::info("resumed from " + dir + " at step " + std::to_string(startStep_) +
-                (resumeSameLayout_ ? " (same layout: exact)"
-                                   : " (another layout: stages " + std::to_string(manifest.layout.stages) +
-                                         " x data_parallel " + std::to_string(manifest.layout.dataParallel) +
-                                         " before)"));
-    }
-  }
+  if (resume_) applyRestoredState();
   if (resume_ && startStep_ == c_.training.steps && rank_ == 0) {
     log::warn("checkpoint " + dir + " is at training.steps (" + std::to_string(startStep_) +
               "): nothing left to train; raise training.steps, or start fresh with checkpoint.resume: none");
@@ -121,6 +79,54 @@ void Trainer::restore() {
       log::info("tensorboard: " + tb->path() + " (tensorboard --logdir " + (out / "tb").string() + ")");
       metrics_->setTensorBoard(std::move(tb));
     }
+  }
+}
+
+// restore()'s resuming: this rank's part of the checkpoint (read in plan())
+// into the stage's tensors, the optimizer's state, the random generator and
+// the loss scaler; training goes on from the checkpoint's step.
+void Trainer::applyRestoredState() {
+  const std::string& dir = resume_->path;
+  const auto& manifest = *resume_;
+  const auto& state = *restored_;
+  {
+    torch::NoGradGuard noGrad;
+    auto tensors = setup_.tensorsByName(paramNames_);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto found = state.tensors.find(paramNames_[i]);
+      if (found == state.tensors.end()) continue;  // a buffer the model derives (Trainer::plan): its own
+      const auto& saved = found->second;
+      SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
+                   "checkpoint " << dir << ": " << paramNames_[i] << " has shape " << saved.sizes()
+                                 << ", the model " << tensors[i].sizes() << ": it was made for another model");
+      tensors[i].copy_(saved);
+    }
+  }
+  std::vector<optim::AdamState> adam;
+  for (auto& name : trainableNames_) {
+    auto it = state.adam.find(name);
+    adam.push_back(it == state.adam.end() ? optim::AdamState{} : it->second);
+  }
+  optim::setAdamState(optimizer(), worker_->trainableParameters(), adam);
+  if (state.rng.defined()) {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state.rng);
+  }
+  if (lossScaler_ && manifest.lossScale > 0) lossScaler_->restore(manifest.lossScale, manifest.lossScaleGoodSteps);
+  if (lossScaler_ && rank_ == 0) {
+    log::info(std::string("loss scale: ") +
+              (manifest.lossScale > 0 ? "the checkpoint's, " : "the checkpoint has none (not fp16), training.loss_scale: ") +
+              optim::scaleText(lossScaler_->scale()));
+  }
+  restored_.reset();
+  startStep_ = manifest.step;
+  if (rank_ == 0) {
+    log::info("resumed from " + dir + " at step " + std::to_string(startStep_) +
+              (resumeSameLayout_ ? " (same layout: exact)"
+                                 : " (another layout: stages " + std::to_string(manifest.layout.stages) +
+                                       " x data_parallel " + std::to_string(manifest.layout.dataParallel) +
+                                       " before)"));
   }
 }
 
