@@ -81,9 +81,12 @@ class Trainer {
   int64_t modelPeakBytes() const { return modelPeak_; }
 
  private:
-  // buildStage()'s parts, in order.
-  void trainableAndTied(const std::vector<StageGraph>& stages);  // (plan())
+  // setUp()'s and plan()'s parts (train/TrainerSetUp.cpp). useRankDevice: device_,
+  // and under CUDA the transfer guard and deterministic kernels.
+  void useRankDevice();
+  void trainableAndTied(const std::vector<StageGraph>& stages);
   void beginTraining();  // (train())
+  // buildStage()'s parts, in order.
   void connect();
   void openOutputs();
   pipeline::Schedule rankSchedule() const;

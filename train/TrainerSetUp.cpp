@@ -45,8 +45,26 @@ void Trainer::setUp() {
   if (place_.nodes > 1) log::setHost(place_.host);
   threads_ = threadsForRank(c_, hardwareCores(), place_.localSize);
   at::set_num_threads(threads_);
-  // This rank's device (job.device): the model is built from the seed on the
-  // host (the same weights everywhere), then moved there and captured there.
+  useRankDevice();
+  setup_ = makeModelSetup(c_);
+  {
+    TransferScope scope(TransferScope::Kind::Setup);
+    setup_.toDevice(device_);
+    graph_.emplace(setup_.capture(c_.training.microBatchSize));
+  }
+  if (rank_ == 0 && graph_->fusedAttentions() > 0)
+    log::info("capture: " + std::to_string(graph_->fusedAttentions()) +
+              " causal attentions fused into scaled_dot_product_attention (Note [attention fusion])");
+  // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
+  // replica's stages are a pipeline communicator (rank == stage); each stage's
+  // replicas are a data-parallel communicator for DistAdam.
+  stageIndex_ = rank_ % c_.pipeline.stages;
+  dpRank_ = rank_ / c_.pipeline.stages;
+}
+
+// This rank's device (job.device): the model is built from the seed on the
+// host (the same weights everywhere), then moved there and captured there.
+void Trainer::useRankDevice() {
   device_ = rankDevice(c_.job.device, place_.localRank);
   useDevice(device_);
   if (device_.is_cuda()) {
@@ -75,20 +93,6 @@ void Trainer::setUp() {
     const char* fill = std::getenv("SLUICE_FILL_UNINITIALIZED");
     at::globalContext().setDeterministicFillUninitializedMemory(fill && std::string(fill) == "1");
   }
-  setup_ = makeModelSetup(c_);
-  {
-    TransferScope scope(TransferScope::Kind::Setup);
-    setup_.toDevice(device_);
-    graph_.emplace(setup_.capture(c_.training.microBatchSize));
-  }
-  if (rank_ == 0 && graph_->fusedAttentions() > 0)
-    log::info("capture: " + std::to_string(graph_->fusedAttentions()) +
-              " causal attentions fused into scaled_dot_product_attention (Note [attention fusion])");
-  // Note [2-D layout]: world rank = dataParallelRank x stages + stage. Each
-  // replica's stages are a pipeline communicator (rank == stage); each stage's
-  // replicas are a data-parallel communicator for DistAdam.
-  stageIndex_ = rank_ % c_.pipeline.stages;
-  dpRank_ = rank_ / c_.pipeline.stages;
 }
 
 void Trainer::plan() {
