@@ -291,12 +291,10 @@ void Trainer::train() {
   Communicator::setWaitTimeout(c_.cluster.timeoutS, "cluster.timeout_s");
   optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
                        c_.training.steps};
-  std::vector<StepRecord> pending;  // steps whose loss is not read yet
-  std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
+  StepLoop loop;
   beginTraining();
   // Note [stopping]: the stop requests of step s are all-reduced while step s + 1 runs.
-  auto stopFlags = torch::zeros({1}, torch::kInt64);
-  Work stopVote;
+  loop.stopFlags = torch::zeros({1}, torch::kInt64);
   DeviceTrace deviceTrace(device_.is_cuda());  // logging.trace_ops: LibTorch's profiler over the traced steps
   for (int64_t step = startStep_; step < c_.training.steps; ++step) {
     CommActivity activity("step " + std::to_string(step));
@@ -321,48 +319,57 @@ void Trainer::train() {
     trace_.setStep(step, false);
     const int64_t peak = memory::deviceAllocatorStats(device_).peakBytes - otherBytes_;
     modelPeak_ = std::max(modelPeak_, peak);
-    peaks.push_back(peak);
+    loop.peaks.push_back(peak);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (deviceTrace.active()) deviceTraceLines_.push_back(describe(deviceTrace.stop(trace_, step)));
-    pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
-                       c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm, lossScale});
-    bool stop = false;
-    if (stopVote.pending()) {
-      stopVote.wait();
-      stop = stopFlags.item<int64_t>() != 0;
-    }
-    stopFlags.fill_(stopAsked.load() ? 1 : 0);
-    stopVote = world_.iallReduce(stopFlags, ReduceOp::Max);
-    const int64_t done = step + 1;
-    syncBuffers();
-    // With checkpoints on, the last step is always saved too (training can be extended from it).
-    const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
-                                     (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
-    const bool logPoint = checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps;
-    if (logPoint) {
-      checkNonFinite();
-      flushLogPoint(pending, peaks);  // a checkpoint is also a log point: no step's metrics are lost on resume
-      pending.clear();
-      peaks.clear();
-    }
-    if (checkpoint) saveCheckpoint(done, stepLr);
-    counters_.add(seconds, hostsync::count() - syncsBefore, logPoint);
-    if (reportAsked.exchange(false)) log::info(metricsReport());
-    if (evaluator_ && (done % c_.training.evalInterval == 0 || done == c_.training.steps || stop)) {
-      const auto r = evaluator_->run();
-      if (metrics_ && r.samples > 0) metrics_->recordEval(step, r.loss, r.accuracy, r.samples, r.seconds);
-    }
-    if (stop) {
-      if (rank_ == 0) {
-        log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +
-                  "(the default)");
-      }
-      stoppedEarly_ = true;
-      break;
-    }
+    loop.pending.push_back({step, loss, stepLr, seconds, c_.training.globalBatchSize,
+                            c_.training.globalBatchSize * setup_.tokensPerSample, skipped, {}, gradNorm, lossScale});
+    if (endStep(step, stepLr, seconds, syncsBefore, loop)) break;
   }
-  if (stopVote.pending()) stopVote.wait();
+  if (loop.stopVote.pending()) loop.stopVote.wait();
   memory::setDeviceAllocationLimit(device_, 0, "");
+}
+
+// After step `step` (its learning rate and seconds; syncsBefore: the host
+// syncs counted when it began): the stop vote, the buffers synced across
+// replicas, the log point and checkpoint when due, the counters, the metrics
+// report when asked for, evaluation when due. Returns whether to stop now
+// (every rank alike).
+bool Trainer::endStep(int64_t step, double stepLr, double seconds, int64_t syncsBefore, StepLoop& loop) {
+  bool stop = false;
+  if (loop.stopVote.pending()) {
+    loop.stopVote.wait();
+    stop = loop.stopFlags.item<int64_t>() != 0;
+  }
+  loop.stopFlags.fill_(stopAsked.load() ? 1 : 0);
+  loop.stopVote = world_.iallReduce(loop.stopFlags, ReduceOp::Max);
+  const int64_t done = step + 1;
+  syncBuffers();
+  // With checkpoints on, the last step is always saved too (training can be extended from it).
+  const bool checkpoint = stop || (c_.checkpoint.interval > 0 &&
+                                   (done % c_.checkpoint.interval == 0 || done == c_.training.steps));
+  const bool logPoint = checkpoint || done % c_.logging.interval == 0 || done == c_.training.steps;
+  if (logPoint) {
+    checkNonFinite();
+    flushLogPoint(loop.pending, loop.peaks);  // a checkpoint is also a log point: no step's metrics are lost on resume
+    loop.pending.clear();
+    loop.peaks.clear();
+  }
+  if (checkpoint) saveCheckpoint(done, stepLr);
+  counters_.add(seconds, hostsync::count() - syncsBefore, logPoint);
+  if (reportAsked.exchange(false)) log::info(metricsReport());
+  if (evaluator_ && (done % c_.training.evalInterval == 0 || done == c_.training.steps || stop)) {
+    const auto r = evaluator_->run();
+    if (metrics_ && r.samples > 0) metrics_->recordEval(step, r.loss, r.accuracy, r.samples, r.seconds);
+  }
+  if (stop) {
+    if (rank_ == 0) {
+      log::info("stopped on request after step " + std::to_string(done) + "; resume with checkpoint.resume: auto " +
+                "(the default)");
+    }
+    stoppedEarly_ = true;
+  }
+  return stop;
 }
 
 // Before the first step: the steps to time and trace, what lives outside the

@@ -85,7 +85,16 @@ class Trainer {
   // and under CUDA the transfer guard and deterministic kernels.
   void useRankDevice();
   void trainableAndTied(const std::vector<StageGraph>& stages);
-  void beginTraining();  // (train())
+  // train()'s parts: the state kept across steps, the work before the first
+  // step, and what follows each step (returns whether to stop after it).
+  struct StepLoop {
+    std::vector<StepRecord> pending;  // steps whose loss is not read yet
+    std::vector<int64_t> peaks;       // this rank's per-step peaks, same steps
+    torch::Tensor stopFlags;          // Note [stopping]: this rank's request, in stopVote
+    Work stopVote;
+  };
+  void beginTraining();
+  bool endStep(int64_t step, double stepLr, double seconds, int64_t syncsBefore, StepLoop& loop);
   // buildStage()'s parts, in order.
   void connect();
   void openOutputs();
