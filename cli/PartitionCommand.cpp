@@ -40,7 +40,7 @@ int partitionCommand(const CommandLine& given, int, char**) {
   };
   if (!config.pipeline.cuts.empty()) settings.method = sluice::partition::PartitionMethod::Cuts;  // predictions for the user's own cuts
   std::string why;
-  auto plan = sluice::makePlanFor(graph, profile, settings, config.pipeline.cuts, &why);
+  auto plan = sluice::partition::makePlanFor(graph, profile, settings, config.pipeline.cuts, &why);
   if (!why.empty()) std::cerr << "sluice: " << why << std::endl;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   plan.save(a.output);

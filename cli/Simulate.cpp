@@ -41,7 +41,7 @@ std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
                "sluice: simulate --stage-times with one F,B,W for every stage needs --ranks P");
   const std::string schedule = s.schedule.empty() ? "auto" : s.schedule;
   std::vector<std::string> names{schedule};
-  if (schedule == "auto") names = autoCandidates(ranks, chunks, 0);
+  if (schedule == "auto") names = partition::autoCandidates(ranks, chunks, 0);
   SLUICE_CHECK(schedule == "auto" || pipeline::findScheduleKind(schedule), ConfigError,
                "sluice: simulate --schedule: '" << schedule << "' is no schedule (auto, " << namesOf() << ")");
   std::vector<SimulatedSchedule> out;
@@ -144,7 +144,7 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
   const double collective = s.collectiveGBps > 0 ? s.collectiveGBps * 1e9 : profile.machine.p2pBandwidth;
   const auto& cuts = config.pipeline.cuts;
   std::vector<std::string> names{settings.schedule};
-  if (settings.schedule == "auto") names = autoCandidates(settings.stages, settings.chunks, static_cast<int>(cuts.size()));
+  if (settings.schedule == "auto") names = partition::autoCandidates(settings.stages, settings.chunks, static_cast<int>(cuts.size()));
   std::vector<SimulatedSchedule> out;
   for (const auto& name : names) {
     const int chunks = pipeline::interleavesStages(name) ? settings.chunks : 1;
@@ -155,7 +155,7 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
     auto st = settings;
     st.schedule = name;
     try {
-      const auto plan = makePlanFor(graph, profile, st, cuts);
+      const auto plan = partition::makePlanFor(graph, profile, st, cuts);
       std::cerr << " " << secondsSince(t0) << " s" << std::endl;
       out.push_back(simulateSchedule(inputOfPlan(plan, config, collective)));
     } catch (const PlanError& e) {

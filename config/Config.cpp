@@ -120,6 +120,7 @@ class MapReader {
     try {
       out = parse(name);
     } catch (const ConfigError& e) {
+      if (std::string(e.what()).rfind("config error: ", 0) == 0) throw;  // it names its key already
       throw ConfigError("config error: " + path_ + "." + key + ": " + e.what());
     }
   }
@@ -391,6 +392,15 @@ const std::vector<Choice<ExecMode>>& executionChoices() {
       {ExecMode::Eager, "eager", "node by node through the TorchScript interpreter"},
       {ExecMode::Compiled, "compiled", "TorchScript's optimizing executor"}};
   return t;
+}
+
+pipeline::ScheduleChoice parseScheduleSetting(const std::string& name) {
+  if (name == "auto") return pipeline::ScheduleChoice::automatic();
+  if (const auto* kind = pipeline::findScheduleKind(name)) return pipeline::ScheduleChoice::of(*kind);
+  std::string names;
+  for (const auto& k : pipeline::scheduleKinds()) names += k.name + ", ";
+  throw ConfigError("config error: pipeline.schedule must be " + names.substr(0, names.size() - 2) + " or auto, got '" +
+                    name + "'");
 }
 
 std::vector<Choice<const ModelSpec*>> modelChoices() {

@@ -26,6 +26,7 @@
 #include "memory/MemoryPlan.h"
 #include "optim/OptimizerChoices.h"
 #include "partition/PartitionMethod.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 
@@ -43,6 +44,10 @@ const std::vector<Choice<ExecMode>>& executionChoices();           // eager | co
 // Choice table (gpt | llama | mlp | cnn | torchscript | exported, then rows
 // added at run time, which README's table does not list).
 std::vector<Choice<const ModelSpec*>> modelChoices();
+// pipeline.schedule: a row of pipeline/ScheduleKinds.h's table (open: a test
+// adds rows) or auto; ConfigError "config error: pipeline.schedule must be
+// gpipe, 1f1b, ... or auto, got 'x'".
+pipeline::ScheduleChoice parseScheduleSetting(const std::string& name);
 
 // data.name: text (byte-level windows of files under data.path) | synthetic |
 // fashion_mnist | tokens (a pre-tokenized file of ids, data/TokenFile.h)
@@ -172,7 +177,8 @@ struct ClusterConfig {
 
 struct PipelineConfig {
   int stages = 1;
-  std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved | auto
+  // a row of pipeline/ScheduleKinds.h's table, or auto
+  pipeline::ScheduleChoice schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind("1f1b"));
   int chunks = 0;                  // stages per rank under interleaved (0: 2 there, 1 otherwise)
   bool fitSchedule = true;         // zb-h1, interleaved-zb: fitted to the plan's stage times (false: unit costs)
   int microbatches = 0;            // 0 = global_batch_size / (micro_batch_size x data_parallel)

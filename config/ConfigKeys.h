@@ -107,7 +107,7 @@ template <class S>
 void pipelineKeys(S& s, Config& c) {
   auto& p = c.pipeline;
   s.key("stages", p.stages);
-  s.key("schedule", p.schedule);
+  s.choice("schedule", p.schedule, [](const pipeline::ScheduleChoice& k) { return k.name(); }, parseScheduleSetting);
   s.key("chunks", p.chunks);
   s.key("fit_schedule", p.fitSchedule);
   s.key("microbatches", p.microbatches);

@@ -161,12 +161,6 @@ void validateBatches(Config& c) {
   auto& p = c.pipeline;
   require(p.stages >= 1, "pipeline.stages must be >= 1, got " + std::to_string(p.stages));
   require(p.dataParallel >= 1, "pipeline.data_parallel must be >= 1, got " + std::to_string(p.dataParallel));
-  const auto& schedules = pipeline::scheduleNames();
-  std::string scheduleChoices;
-  for (auto& name : schedules) scheduleChoices += name + ", ";
-  scheduleChoices.replace(scheduleChoices.size() - 2, 2, " or auto");
-  require(p.schedule == "auto" || std::find(schedules.begin(), schedules.end(), p.schedule) != schedules.end(),
-          "pipeline.schedule must be " + scheduleChoices + ", got '" + p.schedule + "'");
   require(p.boundaryDtype != BoundaryDtype::Compute || c.training.precision != Precision::Fp32,
           "pipeline.boundary_dtype: compute sends boundary activations and gradients in training.precision's dtype, "
           "but training.precision is fp32 (nothing to halve): set training.precision: bf16 (or fp16 on GPUs), or "
@@ -190,20 +184,30 @@ void validateBatches(Config& c) {
   }
 }
 
+// The schedules that put several stages on a rank: "interleaved, interleaved-zb, zbv".
+std::string interleavingSchedules() {
+  std::string names;
+  for (const auto& k : pipeline::scheduleKinds()) {
+    if (k.interleaves) names += (names.empty() ? "" : ", ") + k.name;
+  }
+  return names;
+}
+
 void validateChunksAndCuts(Config& c) {
   auto& p = c.pipeline;
   // pipeline.chunks: stages per rank under interleaved, interleaved-zb and
   // zbv (default 2; zbv: exactly 2). Under auto it is what they would use,
   // where they can run (2 by default there, else 1: not candidates).
-  const bool interleaved = pipeline::interleavesStages(p.schedule), autoSchedule = p.schedule == "auto";
-  const auto* kind = pipeline::findScheduleKind(p.schedule);
-  const bool vShape = kind && kind->vShape;
+  const bool autoSchedule = p.schedule.isAuto();
+  const bool interleaved = !autoSchedule && p.schedule.kind().interleaves;
+  const bool vShape = !autoSchedule && p.schedule.kind().vShape;
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
   require(p.chunks <= 1 || interleaved || autoSchedule,
           "pipeline.chunks = " + std::to_string(p.chunks) +
-              " (stages per rank) needs pipeline.schedule: interleaved, interleaved-zb, zbv or auto, got '" + p.schedule + "'");
+              " (stages per rank) needs pipeline.schedule: " + interleavingSchedules() + " or auto, got '" +
+              p.schedule.name() + "'");
   require(!vShape || p.chunks == 0 || p.chunks == 2,
-          "pipeline.schedule " + p.schedule + " places exactly 2 stages per rank (in a V), but pipeline.chunks is " +
+          "pipeline.schedule " + p.schedule.name() + " places exactly 2 stages per rank (in a V), but pipeline.chunks is " +
               std::to_string(p.chunks) + ": set pipeline.chunks: 2 or leave it out");
   if (p.chunks == 0) {
     const bool canInterleave =
@@ -212,7 +216,7 @@ void validateChunksAndCuts(Config& c) {
   }
   if (p.chunks > 1) {
     const std::string who =
-        interleaved ? "pipeline.schedule " + p.schedule : "pipeline.chunks > 1 (interleaved under auto)";
+        interleaved ? "pipeline.schedule " + p.schedule.name() : "pipeline.chunks > 1 (interleaved under auto)";
     require(p.stages >= 2, who + " needs pipeline.stages >= 2 (it spreads each rank's work over pipeline.chunks "
                                  "stages); got " + std::to_string(p.stages));
     require(vShape || p.microbatches % p.stages == 0,

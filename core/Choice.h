@@ -22,11 +22,13 @@ struct Choice {
   bool listed = true;  // false: a test-only row, parsed but not listed in README's tables (configChoiceNames)
 };
 
-// "cpu | cuda"
+// "cpu | cuda" (the listed rows)
 template <class Kind>
 std::string choiceNames(const std::vector<Choice<Kind>>& table) {
   std::string names;
-  for (auto& c : table) names += (names.empty() ? "" : " | ") + std::string(c.name);
+  for (auto& c : table) {
+    if (c.listed) names += (names.empty() ? "" : " | ") + std::string(c.name);
+  }
   return names;
 }
 

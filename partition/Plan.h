@@ -47,7 +47,7 @@ struct PlanSettings {
   double minOpLevelGain = 0.03;
   int stages = 1;
   int microBatches = 1;
-  std::string schedule = "1f1b";   // gpipe | 1f1b | zb-h1 | interleaved
+  std::string schedule = "1f1b";   // a row of pipeline/ScheduleKinds.h's table
   bool fitSchedule = true;         // zb-h1, interleaved-zb: fitted to the stage times (pipeline::ScheduleCosts)
   int chunks = 1;                  // stages per rank (interleaved): the graph is cut into stages x chunks pieces,
                                    // each held to budgetBytes / chunks so that a rank's pieces fit budgetBytes

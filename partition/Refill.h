@@ -8,15 +8,9 @@
 // other tenants of a shared host) evicts its data from the caches it shares
 // with them, and its first forward or backward after the wait runs slower
 // while it fetches them again. The profile's passes run back to back and
-// never see it. On this 2-core VM (experiments in paired blocks, not kept):
-// - the large-vocabulary GPT's light first stage ran 3-12% slower (median 7%,
-//   six runs) in a pass after a 25 ms wait than back to back, and the pass
-//   after that was back to speed (+1%);
-// - the same wait did not slow a kernel whose data fit in its core's L2;
-// - in training that stage computed a median 7% slower, relative to its busy
-//   neighbour, than the profile predicted (31 runs of one plan: 0.91x to
-//   1.22x), which is what bench/partition had reported as the light stage's
-//   -6% to -11% error in every session.
+// never see it. On this 2-core VM it cost the large-vocabulary GPT's light
+// first stage a median 7% (measured: docs/benchmarks.md, "Refill after a
+// wait").
 //
 // measureRefill() times it: the graph is cut into up to `pieces` pieces of
 // similar profiled time (at valid cuts, like stages). In each of `rounds`
@@ -27,15 +21,11 @@
 // neighbour stage runs while a light one waits, unless the host runs more
 // ranks than it has cores (they would take the measuring rank's core; they
 // wait instead). A piece's share is the median over rounds of (median cold -
-// median warm), over the median warm. Negative shares (noise) are 0. Measured
-// on the large-vocabulary GPT (three profiles): the embedding and first
-// blocks +1-5%, the later blocks 0-8%, the final layer norm and the
-// transposes before the LM head (a 3-5 ms piece) +14-24%, the LM head's
-// compute-bound matmul +1-9% (six profiles). A single pass varies by +-20%
-// on this machine, so a share is good to a few percent, and a piece's share
-// is an average over it: less than a light stage of the same nodes lost on
-// its own (those first blocks: 1-5% here, 3-12% as a stage). The wait polls
-// and yields as training's waits do (Communicator::Work::wait).
+// median warm), over the median warm. Negative shares (noise) are 0. A
+// single pass varies by +-20% on this machine, so a share is good to a few
+// percent, and a piece's share is an average over it (what the shares came
+// to: docs/benchmarks.md). The wait polls and yields as training's waits do
+// (Communicator::Work::wait).
 //
 // The cost model charges it per action (pipeline::RefillCosts, Schedule.h):
 // an action of a stage that starts after its rank idled for w runs longer by

@@ -12,7 +12,7 @@
 // per reader, each summed over the step's micro-batches, and then those
 // added in reader order. (One process would add the readers' parts per
 // micro-batch; a cut between the readers, whose gradients are then added
-// across ranks, train/Trainer.h Note [tied parameters], could not, so
+// across ranks, train/TrainerImpl.h Note [tied parameters], could not, so
 // the sums would differ in the last bits.) With separateReaderGradients()
 // the rank's first reader of each such parameter (in model order)
 // accumulates into its .grad and every later one into a leaf of its own
@@ -32,6 +32,12 @@
 #include "pipeline/StageWorker.h"
 
 namespace sluice::pipeline {
+
+// One optimizer step of every stage this rank hosts (all of them, each once;
+// same schedule), in the schedule's order for this rank. Before each compute
+// action it posts the receives needed up to the next compute action (of any
+// of its stages). Returns the loss (the last stage's), undefined elsewhere.
+at::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches);
 
 class RankWorker {
  public:

@@ -166,7 +166,7 @@ Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, cons
 // (one StageTimes per stage, 2 x ranks).
 Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs = nullptr);
 // The schedules makeSchedule() knows (the rows of ScheduleKinds.h's table),
-// for messages and config checks: gpipe, 1f1b, zb-h1, interleaved, interleaved-zb, zbv.
+// for messages and config checks.
 std::vector<std::string> scheduleNames();
 // True for the schedules that put several stages (chunks) on each rank
 // (false for a name that is no schedule, such as "auto").
@@ -178,14 +178,15 @@ std::string scheduleLabel(const std::string& name, int chunks);
 // schedule is placed in a V). ScheduleError for a name that is no schedule.
 Placement placementOf(const std::string& name, int ranks, int chunks);
 // Throws ScheduleError for names not in scheduleNames(). `stages` are the
-// ranks; `chunks` (stages per rank) must be 1 except for interleaved(-zb) and
-// zbv (2), where the schedule has stages x chunks stages. `costs` fit zb-h1,
-// interleaved-zb and zbv to the stages' times (the others ignore them).
+// ranks; `chunks` (stages per rank) must be 1 except for the kinds that
+// interleave stages (their row's trait), where the schedule has stages x
+// chunks stages. `costs` fit the kinds fitted to stage times (their row's
+// trait) to the stages' times; the others ignore them.
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1,
                       const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
-// True for the schedules makeSchedule() fits to ScheduleCosts (zb-h1, interleaved-zb, zbv).
+// True for the schedules makeSchedule() fits to ScheduleCosts (their row's trait).
 bool fitsToStageTimes(const std::string& name);
 
 // A builder's pieces: micro-batch mb's forward on `stage` of `stages`, with

@@ -5,9 +5,9 @@
 namespace sluice::pipeline {
 namespace {
 
-std::vector<ScheduleKind>& table() {
-  static std::vector<ScheduleKind> kinds = [] {
-    std::vector<ScheduleKind> k;
+std::deque<ScheduleKind>& table() {
+  static std::deque<ScheduleKind> kinds = [] {
+    std::deque<ScheduleKind> k;
     k.push_back({"gpipe", "all forwards, then all backwards", false, false, true, 2,
                  [](int p, int, int m, const ScheduleCosts*) { return makeGPipe(p, m); }});
     k.push_back({"1f1b", "one forward, one backward (PipeDream-Flush)", false, false, false, 0,
@@ -31,7 +31,7 @@ std::vector<ScheduleKind>& table() {
 
 }  // namespace
 
-const std::vector<ScheduleKind>& scheduleKinds() { return table(); }
+const std::deque<ScheduleKind>& scheduleKinds() { return table(); }
 
 const ScheduleKind* findScheduleKind(const std::string& name) {
   for (auto& k : table()) {
@@ -53,5 +53,12 @@ bool addScheduleKind(ScheduleKind kind) {
   table().push_back(std::move(kind));
   return true;
 }
+
+const ScheduleKind& ScheduleChoice::kind() const {
+  SLUICE_CHECK(kind_, ScheduleError, "pipeline.schedule auto has no schedule of its own until the plan picks one");
+  return *kind_;
+}
+
+std::string ScheduleChoice::name() const { return kind_ ? kind_->name : "auto"; }
 
 }  // namespace sluice::pipeline

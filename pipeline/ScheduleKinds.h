@@ -12,6 +12,7 @@
 // for rows outside the library (a test's toy schedule), at start-up only.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,10 +33,27 @@ struct ScheduleKind {
   bool vShape = false;  // its two chunks per rank placed in a V (Placement), not a loop; any micro-batch count
 };
 
-const std::vector<ScheduleKind>& scheduleKinds();
+const std::deque<ScheduleKind>& scheduleKinds();  // rows keep their addresses
 const ScheduleKind* findScheduleKind(const std::string& name);  // nullptr when there is none
 const ScheduleKind& scheduleKind(const std::string& name);      // ScheduleError naming the choices
 // Adds a row; ScheduleError when the name is taken. Returns true (for a static initializer).
 bool addScheduleKind(ScheduleKind kind);
+
+// pipeline.schedule, parsed once (config/Config.h): a row of the table, or
+// auto (every candidate planned, the fastest kept: partition/AutoSchedule.h;
+// the plan records the pick). Compared by row, never by name.
+class ScheduleChoice {
+ public:
+  static ScheduleChoice of(const ScheduleKind& kind) { return ScheduleChoice(&kind); }
+  static ScheduleChoice automatic() { return ScheduleChoice(nullptr); }
+  bool isAuto() const { return kind_ == nullptr; }
+  const ScheduleKind& kind() const;  // ScheduleError under auto
+  std::string name() const;          // the row's name, or "auto"
+  bool operator==(const ScheduleChoice& other) const { return kind_ == other.kind_; }
+
+ private:
+  explicit ScheduleChoice(const ScheduleKind* kind) : kind_(kind) {}
+  const ScheduleKind* kind_;  // nullptr: auto
+};
 
 }  // namespace sluice::pipeline

@@ -1,6 +1,7 @@
 #include "pipeline/StageWorker.h"
 
 #include "core/HostSync.h"
+#include "pipeline/RankWorker.h"
 #include "pipeline/ScheduleSimulation.h"
 
 #include <torch/csrc/autograd/engine.h>
@@ -13,7 +14,6 @@
 #include <set>
 
 #include "core/Error.h"
-#include "optim/OptimizerState.h"
 #include "core/HostSync.h"
 #include "pipeline/ScheduleSimulation.h"
 
@@ -456,13 +456,6 @@ std::vector<Communicator> boundaryCommunicators(const Communicator& pipeline, co
   if (schedule.chunks() <= 1) return out;
   for (int b = 0; b + 1 < schedule.stages; ++b) out.push_back(pipeline.split(0, pipeline.rank()));
   return out;
-}
-
-torch::Tensor StageWorker::trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer) {
-  optim::zeroGradients(optimizer);
-  auto loss = runMicroBatches(microBatches);
-  optimizer.step();
-  return loss;
 }
 
 }  // namespace sluice::pipeline

@@ -4,7 +4,7 @@
 // - The pipeline communicator has one rank per pipeline rank; the stage runs
 //   on rank schedule.rankOf(stage index) (== the stage index unless the
 //   schedule is interleaved or zbv, where a rank hosts several stages, each with its
-//   own StageWorker, driven together by runStep()). Messages to the previous
+//   own StageWorker, driven together by runStep(), pipeline/RankWorker.h). Messages to the previous
 //   and next stage go to the ranks the schedule's map names (under zbv,
 //   stages ranks - 1 and ranks share a rank: it sends to itself), on the pipeline
 //   communicator, or with several stages per rank on one communicator per
@@ -55,7 +55,6 @@
 #pragma once
 
 #include <torch/csrc/autograd/edge.h>
-#include <torch/optim/optimizer.h>
 
 #include <functional>
 #include <optional>
@@ -129,7 +128,7 @@ class StageWorker {
   // first step. Default: every value travels in its graph dtype (exact).
   void setBoundaryType(c10::ScalarType type) { boundaryType_ = type; }
 
-  // One step's forwards and backwards (no optimizer step; see trainStep).
+  // One step's forwards and backwards (no optimizer step: the caller's).
   // The schedule must put only this stage on its rank (else use runStep).
   at::Tensor runMicroBatches(const std::vector<MicroBatch>& microBatches);
 
@@ -148,8 +147,6 @@ class StageWorker {
   void prefetch(const Action& a);
   void reapSends();
   at::Tensor endStep();
-  // zero_grad, runMicroBatches, optimizer.step. Returns the loss as runMicroBatches.
-  at::Tensor trainStep(const std::vector<MicroBatch>& microBatches, torch::optim::Optimizer& optimizer);
 
   // Forward only, no autograd graph, no saved tensors: one micro-batch,
   // received from the previous stage (blocking) and sent to the next without
@@ -231,12 +228,6 @@ class StageWorker {
   at::Tensor toWire(const at::Tensor& t) const;
   at::Tensor fromWire(const at::Tensor& t, const ValueInfo& v) const;
 };
-
-// One optimizer step of every stage this rank hosts (all of them, each once;
-// same schedule), in the schedule's order for this rank. Before each compute
-// action it posts the receives needed up to the next compute action (of any
-// of its stages). Returns the loss (the last stage's), undefined elsewhere.
-at::Tensor runStep(const std::vector<StageWorker*>& stages, const std::vector<MicroBatch>& microBatches);
 
 // The per-boundary communicators of a schedule that puts several stages on a
 // rank (one duplicate of `pipeline` per boundary between consecutive

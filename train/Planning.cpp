@@ -92,7 +92,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.minOpLevelGain = c.pipeline.minOpLevelGain;
   s.stages = c.pipeline.stages;
   s.microBatches = c.pipeline.microbatches;
-  s.schedule = c.pipeline.schedule;
+  s.schedule = c.pipeline.schedule.name();  // a row's name, or auto (partition/AutoSchedule.h)
   s.chunks = c.pipeline.chunks;
   s.fitSchedule = c.pipeline.fitSchedule;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
@@ -107,63 +107,13 @@ partition::PlanSettings planSettings(const Config& c) {
   return s;
 }
 
-std::vector<std::string> autoCandidates(int stages, int chunks, int cuts) {
-  // Interleaved ones where the config allows them (pipeline.chunks > 1,
-  // Config.h) and the cuts, if given, are for them.
-  const bool cutsForInterleaved = cuts == 0 || cuts == stages * chunks - 1;
-  std::vector<const pipeline::ScheduleKind*> kinds;
-  for (auto& k : pipeline::scheduleKinds()) {
-    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
-      kinds.push_back(&k);
-    }
-  }
-  std::stable_sort(kinds.begin(), kinds.end(), [](auto* a, auto* b) { return a->autoOrder < b->autoOrder; });
-  std::vector<std::string> out;
-  for (auto* k : kinds) out.push_back(k->name);
-  return out;
-}
-
-partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
-                            const std::vector<int>& cuts, std::string* why) {
-  const int chunks = settings.chunks;
-  auto plan = [&](const std::string& schedule) {
-    settings.schedule = schedule;
-    settings.chunks = pipeline::interleavesStages(schedule) ? chunks : 1;
-    return cuts.empty() ? partition::makePlan(graph, profile, settings)
-                        : partition::planForCuts(graph, profile, settings, cuts);
-  };
-  if (settings.schedule != "auto") return plan(settings.schedule);
-  const auto candidates = autoCandidates(settings.stages, chunks, static_cast<int>(cuts.size()));
-  std::optional<partition::Plan> best;
-  std::ostringstream report, failures;
-  report.precision(1);
-  report << std::fixed;
-  for (auto& name : candidates) {
-    try {
-      auto p = plan(name);
-      report << (report.tellp() > 0 ? ", " : "") << pipeline::scheduleLabel(name, chunks)
-             << " " << p.stepTime * 1e3 << " ms";
-      if (!best || p.stepTime < best->stepTime * (1 - 1e-3)) best = std::move(p);
-    } catch (const PlanError& e) {
-      report << (report.tellp() > 0 ? ", " : "") << name << " does not fit";
-      failures << "\n  " << name << ": " << e.what();
-    }
-  }
-  if (!best) throw PlanError("pipeline.schedule auto: no schedule fits:" + failures.str());
-  if (why) {
-    *why = "pipeline.schedule auto chose " + best->schedule + ", the smallest predicted step time (" + report.str() +
-           "; zb-h1, interleaved-zb and zbv with the profiled weight-gradient share of each stage's backward)";
-  }
-  return std::move(*best);
-}
-
-std::string scheduleOf(const Config& c, const partition::Plan* plan) {
-  if (c.pipeline.schedule != "auto") return c.pipeline.schedule;
-  return plan ? plan->schedule : "1f1b";
+const pipeline::ScheduleKind& scheduleOf(const Config& c, const partition::Plan* plan) {
+  if (!c.pipeline.schedule.isAuto()) return c.pipeline.schedule.kind();
+  return pipeline::scheduleKind(plan ? plan->schedule : "1f1b");
 }
 
 int chunksOf(const Config& c, const partition::Plan* plan) {
-  if (c.pipeline.schedule != "auto") return c.pipeline.chunks;
+  if (!c.pipeline.schedule.isAuto()) return c.pipeline.chunks;
   return plan ? plan->chunks : 1;
 }
 
@@ -172,7 +122,7 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
   if (!c.pipeline.plan.empty()) {
     auto plan = partition::Plan::load(c.pipeline.plan);
     // A plan file decides the schedule under auto (its own); else it must be for the configured one.
-    const int chunks = c.pipeline.schedule == "auto" ? plan.chunks : c.pipeline.chunks;
+    const int chunks = c.pipeline.schedule.isAuto() ? plan.chunks : c.pipeline.chunks;
     plan.checkMatches(graph, c.pipeline.stages * chunks, c.pipeline.plan);
     return plan;
   }
@@ -195,7 +145,7 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
       }
       auto settings = planSettings(c);
       std::string why;
-      bytes = makePlanFor(graph, profile, settings, c.pipeline.cuts, &why).toBytes();
+      bytes = partition::makePlanFor(graph, profile, settings, c.pipeline.cuts, &why).toBytes();
       if (!why.empty()) log::info(why);
     } catch (const Error& e) {
       failure = e.what();

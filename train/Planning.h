@@ -22,8 +22,10 @@
 #include "config/Config.h"
 #include "models/ModelSetup.h"
 #include "memory/MemoryPlan.h"
+#include "partition/AutoSchedule.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
+#include "pipeline/ScheduleKinds.h"
 
 namespace sluice {
 
@@ -32,20 +34,8 @@ namespace sluice {
 partition::Profile profileModel(const Config& config, const ModelSetup& setup, const OpGraph& graph,
                                 const Communicator& comm);
 partition::PlanSettings planSettings(const Config& config);
-// pipeline.schedule auto's candidates, in the table's order (autoOrder):
-// the interleaving ones only with chunks > 1 and `cuts` (the count of
-// pipeline.cuts, 0: none) for stages x chunks pieces, zbv only with 2 chunks.
-std::vector<std::string> autoCandidates(int stages, int chunks, int cuts);
-// The plan for these settings (for `cuts` when not empty). With
-// pipeline.schedule auto (settings.schedule "auto"), plans for each of
-// autoCandidates (the interleaving ones with settings.chunks stages per rank)
-// and keeps the one with the smallest predicted step time among those that
-// fit the budget (ties: the earlier, so 1f1b before gpipe, which holds
-// more); `why` (if given) says what each was predicted and why this one.
-partition::Plan makePlanFor(const OpGraph& graph, const partition::Profile& profile, partition::PlanSettings settings,
-                            const std::vector<int>& cuts, std::string* why = nullptr);
 // The schedule a job runs: pipeline.schedule, or with auto the plan's choice (1f1b without a plan).
-std::string scheduleOf(const Config& config, const partition::Plan* plan);
+const pipeline::ScheduleKind& scheduleOf(const Config& config, const partition::Plan* plan);
 // Its stages per rank: pipeline.chunks, or with auto the plan's (1 without a plan).
 int chunksOf(const Config& config, const partition::Plan* plan);
 partition::Plan planForJob(const Config& config, const ModelSetup& setup, const OpGraph& graph,

@@ -1,4 +1,5 @@
 #include "train/Trainer.h"
+#include "train/TrainerImpl.h"
 
 #include <algorithm>
 #include <atomic>
@@ -60,16 +61,16 @@ thread_local int64_t currentStep = 0;
 
 }  // namespace
 
-Trainer::Trainer(Config config) : c_(std::move(config)) {}
+TrainerImpl::TrainerImpl(Config config) : c_(std::move(config)) {}
 
-Trainer::~Trainer() {
+TrainerImpl::~TrainerImpl() {
   try {
     memory::setDeviceAllocationLimit(device_, 0, "");
   } catch (...) {
   }
 }
 
-void Trainer::run() {
+void TrainerImpl::run() {
   setUp();
   plan();
   buildStage();
@@ -101,7 +102,7 @@ void installStopHandlers() {
   }
 }
 
-void Trainer::buildStage() {
+void TrainerImpl::buildStage() {
   connect();
   openOutputs();
   const auto schedule = rankSchedule();
@@ -125,7 +126,7 @@ void Trainer::buildStage() {
 
 // The pipeline and data-parallel communicators (Note [2-D layout]), one per
 // set of ranks holding tied parameters, and GPU backends (job.backend).
-void Trainer::connect() {
+void TrainerImpl::connect() {
   pipelineComm_ = world_.split(dpRank_, stageIndex_);
   dpComm_ = world_.split(stageIndex_, dpRank_);
   // Tied parameters: one communicator per set of pipeline ranks holding some (Note [tied parameters]).
@@ -146,7 +147,7 @@ void Trainer::connect() {
   }
 }
 
-void Trainer::openOutputs() {
+void TrainerImpl::openOutputs() {
   const int stages = c_.pipeline.stages;
   // Outputs only once the job is known to be runnable (bad cuts fail above):
   // rank 0 creates the folder, the others wait for it.
@@ -182,21 +183,21 @@ void Trainer::openOutputs() {
   }
 }
 
-pipeline::Schedule Trainer::rankSchedule() const {
+pipeline::Schedule TrainerImpl::rankSchedule() const {
   // With a plan for this schedule, zb-h1, interleaved-zb and zbv are fitted to its
   // stage times, as its prediction was (every rank reads the same plan file).
-  const auto scheduleName = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
+  const auto& kind = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
   std::optional<pipeline::ScheduleCosts> costs;
-  if (c_.pipeline.fitSchedule && plan_ && plan_->schedule == scheduleName &&
+  if (c_.pipeline.fitSchedule && plan_ && plan_->schedule == kind.name &&
       plan_->microBatches == c_.pipeline.microbatches) {
     costs = plan_->scheduleCosts();
   }
-  return pipeline::makeSchedule(scheduleName, c_.pipeline.stages, c_.pipeline.microbatches, chunks_,
+  return pipeline::makeSchedule(kind.name, c_.pipeline.stages, c_.pipeline.microbatches, chunks_,
                                 costs ? &*costs : nullptr);
 }
 
 // This rank's stage workers, each with its memory plan.
-void Trainer::buildWorkers(const pipeline::Schedule& schedule) {
+void TrainerImpl::buildWorkers(const pipeline::Schedule& schedule) {
   const auto mode = c_.pipeline.execution;
   // Several stages per rank: one swap engine (one window, one I/O thread) for
   // all of them, as the plan's rank peak counts it.
@@ -237,7 +238,7 @@ void Trainer::buildWorkers(const pipeline::Schedule& schedule) {
   }
 }
 
-void Trainer::logStages() const {
+void TrainerImpl::logStages() const {
   for (size_t i = 0; i < stages_.size(); ++i) {
     const auto& stage = stages_[i];
     const auto stageParams = worker_->stage(i).trainableParameters();
@@ -250,7 +251,7 @@ void Trainer::logStages() const {
   }
 }
 
-void Trainer::buildOptimizer() {
+void TrainerImpl::buildOptimizer() {
   optim::OptimizerOptions o;
   o.kind = c_.optimizer.name;
   o.adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
@@ -273,7 +274,7 @@ void Trainer::buildOptimizer() {
 // Every rank builds the whole model from the seed (identical initial
 // weights everywhere); the tensors of other stages are dropped here, so a
 // rank holds only its stage.
-void Trainer::freeOtherStagesTensors() {
+void TrainerImpl::freeOtherStagesTensors() {
   // By tensor, not by name: a tied weight has several names (head.weight is
   // tok.weight) and the graph reads it under one of them.
   std::set<const c10::TensorImpl*> mine;
@@ -287,7 +288,7 @@ void Trainer::freeOtherStagesTensors() {
   }
 }
 
-void Trainer::train() {
+void TrainerImpl::train() {
   Communicator::setWaitTimeout(c_.cluster.timeoutS, "cluster.timeout_s");
   optim::LrSchedule lr{c_.optimizer.schedule, c_.optimizer.lr, c_.optimizer.minLr, c_.optimizer.warmupSteps,
                        c_.training.steps};
@@ -335,7 +336,7 @@ void Trainer::train() {
 // replicas, the log point and checkpoint when due, the counters, the metrics
 // report when asked for, evaluation when due. Returns whether to stop now
 // (every rank alike).
-bool Trainer::endStep(int64_t step, double stepLr, double seconds, int64_t syncsBefore, StepLoop& loop) {
+bool TrainerImpl::endStep(int64_t step, double stepLr, double seconds, int64_t syncsBefore, StepLoop& loop) {
   bool stop = false;
   if (loop.stopVote.pending()) {
     loop.stopVote.wait();
@@ -374,7 +375,7 @@ bool Trainer::endStep(int64_t step, double stepLr, double seconds, int64_t syncs
 
 // Before the first step: the steps to time and trace, what lives outside the
 // model, memory.hard_limit, and the counters the metrics report starts from.
-void Trainer::beginTraining() {
+void TrainerImpl::beginTraining() {
   warmSteps_ = std::min<int64_t>(startStep_ + 2, c_.training.steps - 1);  // compute times count after these
   for (int s : c_.logging.traceSteps) tracedSteps_.push_back(s);
   if (tracedSteps_.empty()) {
@@ -395,6 +396,18 @@ void Trainer::beginTraining() {
   counters_.transfersAtStart = transfers::counts();
   counters_.computeAtStart = worker_->computeTimes().forwardSeconds + worker_->computeTimes().backwardSeconds;
 }
+
+Trainer::Trainer(Config config) : impl_(std::make_unique<TrainerImpl>(std::move(config))) {}
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+void Trainer::setUp() { impl_->setUp(); }
+void Trainer::plan() { impl_->plan(); }
+void Trainer::buildStage() { impl_->buildStage(); }
+void Trainer::restore() { impl_->restore(); }
+void Trainer::train() { impl_->train(); }
+void Trainer::report() { impl_->report(); }
+void Trainer::run() { impl_->run(); }
 
 void runWorker(const Config& config) { Trainer(config).run(); }
 

@@ -14,7 +14,7 @@
 #include "core/TransferGuard.h"
 #include "train/Planning.h"
 #include "telemetry/TensorBoard.h"
-#include "train/Trainer.h"
+#include "train/TrainerImpl.h"
 #include "models/TorchScript.h"
 #include "optim/OptimizerState.h"
 #include "pipeline/ScheduleKinds.h"
@@ -22,7 +22,7 @@
 namespace sluice {
 namespace fs = std::filesystem;
 
-std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
+std::optional<partition::Plan> TrainerImpl::planOfCheckpoint() const {
   if (!resume_ || !c_.pipeline.plan.empty() || !c_.pipeline.cuts.empty()) return std::nullopt;
   const auto bytes = checkpointPlanBytes(*resume_);
   if (bytes.empty()) return std::nullopt;
@@ -33,8 +33,8 @@ std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
   // would weigh now. Comparing it with "auto" itself never matched, so every
   // restart planned anew and could switch schedules mid-run.
   bool scheduleSame = saved.schedule == want.schedule && saved.chunks == want.chunks;
-  if (want.schedule == "auto") {
-    const auto candidates = autoCandidates(want.stages, want.chunks, static_cast<int>(c_.pipeline.cuts.size()));
+  if (c_.pipeline.schedule.isAuto()) {
+    const auto candidates = partition::autoCandidates(want.stages, want.chunks, static_cast<int>(c_.pipeline.cuts.size()));
     scheduleSame = std::find(candidates.begin(), candidates.end(), saved.schedule) != candidates.end() &&
                    saved.chunks == (pipeline::interleavesStages(saved.schedule) ? want.chunks : 1);
   }
@@ -52,7 +52,7 @@ std::optional<partition::Plan> Trainer::planOfCheckpoint() const {
   return saved;
 }
 
-CheckpointLayout Trainer::layout() const {
+CheckpointLayout TrainerImpl::layout() const {
   CheckpointLayout l;
   l.stages = c_.pipeline.stages;
   l.dataParallel = c_.pipeline.dataParallel;
@@ -62,7 +62,7 @@ CheckpointLayout Trainer::layout() const {
   return l;
 }
 
-void Trainer::restore() {
+void TrainerImpl::restore() {
   TransferScope scope(TransferScope::Kind::Setup);
   const std::string dir = resume_ ? resume_->path : "";
   const fs::path out = c_.job.outputDir;
@@ -85,7 +85,7 @@ void Trainer::restore() {
 // restore()'s resuming: this rank's part of the checkpoint (read in plan())
 // into the stage's tensors, the optimizer's state, the random generator and
 // the loss scaler; training goes on from the checkpoint's step.
-void Trainer::applyRestoredState() {
+void TrainerImpl::applyRestoredState() {
   const std::string& dir = resume_->path;
   const auto& manifest = *resume_;
   const auto& state = *restored_;
@@ -94,7 +94,7 @@ void Trainer::applyRestoredState() {
     auto tensors = setup_.tensorsByName(paramNames_);
     for (size_t i = 0; i < tensors.size(); ++i) {
       const auto found = state.tensors.find(paramNames_[i]);
-      if (found == state.tensors.end()) continue;  // a buffer the model derives (Trainer::plan): its own
+      if (found == state.tensors.end()) continue;  // a buffer the model derives (TrainerImpl::plan): its own
       const auto& saved = found->second;
       SLUICE_CHECK(saved.sizes() == tensors[i].sizes(), CheckpointError,
                    "checkpoint " << dir << ": " << paramNames_[i] << " has shape " << saved.sizes()
@@ -130,7 +130,7 @@ void Trainer::applyRestoredState() {
   }
 }
 
-std::map<std::string, torch::Tensor> Trainer::stageTensors() const {
+std::map<std::string, torch::Tensor> TrainerImpl::stageTensors() const {
   std::map<std::string, torch::Tensor> named;
   auto tensors = setup_.tensorsByName(paramNames_);
   for (size_t i = 0; i < tensors.size(); ++i) named[paramNames_[i]] = tensors[i];
@@ -141,7 +141,7 @@ std::map<std::string, torch::Tensor> Trainer::stageTensors() const {
 // user's module: each stage's first replica writes its parameters and buffers
 // (by module path) to a part file in output_dir, rank 0 puts them into the
 // module loaded from model.path and saves output_dir/model.pt atomically.
-void Trainer::exportModel() {
+void TrainerImpl::exportModel() {
   if (!c_.model.spec->torchScriptFile) return;
   CommActivity activity("writing model.pt");
   const fs::path dir(outDir_);
@@ -162,7 +162,7 @@ void Trainer::exportModel() {
   world_.barrier();
 }
 
-std::string Trainer::saveCheckpoint(int64_t stepsDone, double lr) {
+std::string TrainerImpl::saveCheckpoint(int64_t stepsDone, double lr) {
   CommActivity activity("checkpoint of step " + std::to_string(stepsDone));
   TransferScope scope(TransferScope::Kind::Setup);
   RankState state;

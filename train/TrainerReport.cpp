@@ -17,7 +17,7 @@
 #include "core/TransferGuard.h"
 #include "train/Planning.h"
 #include "telemetry/Timeline.h"
-#include "train/Trainer.h"
+#include "train/TrainerImpl.h"
 #include "memory/DeviceMemory.h"
 #include "partition/Timing.h"
 
@@ -47,7 +47,7 @@ std::string transferLine(const TransferCounts& start, const TransferCounts& now,
   return buf;
 }
 
-// The per-rank tables' columns (Trainer::reportRankTables): stage, model
+// The per-rank tables' columns (TrainerImpl::reportRankTables): stage, model
 // peak measured and predicted, resident peak, compute per micro-batch
 // measured and predicted (us).
 constexpr int kRankColumns = 6;
@@ -60,7 +60,7 @@ std::string percentOff(double meas, double pred) {
 
 }  // namespace
 
-std::string Trainer::metricsReport() const {
+std::string TrainerImpl::metricsReport() const {
   const auto& c = counters_;
   const auto sm = worker_->metrics();
   const auto ct = worker_->computeTimes();
@@ -94,7 +94,7 @@ std::string Trainer::metricsReport() const {
   return out;
 }
 
-void Trainer::report() {
+void TrainerImpl::report() {
   log::info(metricsReport());
   reportTrace();
   const double measuredCompute = reportCompute();
@@ -109,7 +109,7 @@ void Trainer::report() {
   log::closeFile();
 }
 
-void Trainer::reportTrace() {
+void TrainerImpl::reportTrace() {
   if (!c_.logging.trace) return;
   std::string steps;
   for (auto s : tracedSteps_) steps += (steps.empty() ? "" : ", ") + std::to_string(s);
@@ -132,7 +132,7 @@ void Trainer::reportTrace() {
   }
 }
 
-double Trainer::reportCompute() {
+double TrainerImpl::reportCompute() {
   // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
   const auto sm = worker_->metrics();
   char buf[600];
@@ -167,7 +167,7 @@ double Trainer::reportCompute() {
   return measuredCompute;
 }
 
-Trainer::RankPrediction Trainer::reportPrediction() const {
+TrainerImpl::RankPrediction TrainerImpl::reportPrediction() const {
   int64_t predicted = 0, window = 0;  // window: the swap window the prediction counts whole (one per rank)
   double predictedCompute = 0;  // seconds per micro-batch, the rank's stages
   if (plan_) {
@@ -202,7 +202,7 @@ Trainer::RankPrediction Trainer::reportPrediction() const {
   return {predicted, window, predictedCompute};
 }
 
-void Trainer::reportMemory(const RankPrediction& prediction, int64_t resident) {
+void TrainerImpl::reportMemory(const RankPrediction& prediction, int64_t resident) {
   const int64_t predicted = prediction.peakBytes, window = prediction.windowBytes;
   char buf[600];
   if (savedBytes_) {
@@ -234,7 +234,7 @@ void Trainer::reportMemory(const RankPrediction& prediction, int64_t resident) {
   }
 }
 
-void Trainer::reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident) {
+void TrainerImpl::reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident) {
   const int64_t predicted = prediction.peakBytes;
   const double predictedCompute = prediction.computeSeconds;
   // Rank 0: the per-stage tables, predicted next to measured (compute in us).
@@ -250,7 +250,7 @@ void Trainer::reportRankTables(double measuredCompute, const RankPrediction& pre
 
 // Rank 0's compute table: per rank (a row of reportRankTables' gather), the
 // compute per micro-batch measured and predicted.
-std::string Trainer::rankComputeTable(const torch::Tensor& a) const {
+std::string TrainerImpl::rankComputeTable(const torch::Tensor& a) const {
   char buf[200];
   // What the cost model's stage times are checked against (issue: within 10%).
   std::ostringstream os;
@@ -282,7 +282,7 @@ std::string Trainer::rankComputeTable(const torch::Tensor& a) const {
 
 // Rank 0's memory table: per rank (a row of reportRankTables' gather), the
 // model's peak measured and predicted, and the resident peak.
-std::string Trainer::rankMemoryTable(const torch::Tensor& a) const {
+std::string TrainerImpl::rankMemoryTable(const torch::Tensor& a) const {
   char buf[200];
   std::ostringstream os;
   os << "memory per rank (model peak: counting allocator, less " << formatBytes(otherBytes_)
@@ -304,7 +304,7 @@ std::string Trainer::rankMemoryTable(const torch::Tensor& a) const {
 // The model's work per step against what the ranks' matrix products reach
 // together, measured now on every rank at once (core/Flops.h): how close to
 // the machine's limit the run came. Collective.
-void Trainer::reportUtilisation() {
+void TrainerImpl::reportUtilisation() {
   const double forward = graph_ ? forwardFlops(*graph_, 0, graph_->numNodes()) : 0;
   world_.barrier();
   auto peak = torch::tensor({measureMatmulRate(device_, setup_.computeType, 0.3)}, torch::kDouble);
@@ -323,7 +323,7 @@ void Trainer::reportUtilisation() {
   log::info(buf);
 }
 
-std::string Trainer::settingsTable() const {
+std::string TrainerImpl::settingsTable() const {
   std::ostringstream os;
   auto row = [&](const std::string& k, const std::string& v) {
     char buf[200];
@@ -336,7 +336,7 @@ std::string Trainer::settingsTable() const {
   row("world", std::to_string(c_.worldSize()) + " = stages " + std::to_string(c_.pipeline.stages) +
                    " x data_parallel " + std::to_string(c_.pipeline.dataParallel));
   const std::string schedule =
-      scheduleOf(c_, plan_ ? &*plan_ : nullptr) + (c_.pipeline.schedule == "auto" ? " (auto)" : "") +
+      scheduleOf(c_, plan_ ? &*plan_ : nullptr).name + (c_.pipeline.schedule.isAuto() ? " (auto)" : "") +
       (chunks_ > 1 ? ", " + std::to_string(chunks_) + " stages per rank (" + placement_.describe() + ")" : "");
   row("schedule", schedule + ", " + std::to_string(c_.pipeline.microbatches) + " micro-batches of " +
                       std::to_string(c_.training.microBatchSize));

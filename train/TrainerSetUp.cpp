@@ -3,36 +3,32 @@
 // captured graph) and planning (the split, this rank's stages and memory
 // plans, tied parameters, and this rank's part of the checkpoint resumed from).
 #include <ATen/Parallel.h>
-#include <malloc.h>
 
 #include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
 
+#include "core/HeapPolicy.h"
 #include "core/Device.h"
 #include "core/Error.h"
 #include "core/Log.h"
 #include "core/SystemInfo.h"
 #include "core/TransferGuard.h"
 #include "train/Planning.h"
-#include "train/Trainer.h"
+#include "train/TrainerImpl.h"
 #include "memory/CountingAllocator.h"
 #include "memory/SwapTier.h"
 
 namespace sluice {
 
-void Trainer::setUp() {
+void TrainerImpl::setUp() {
   memory::installCountingAllocator();
   Communicator::setWaitTimeout(c_.cluster.initTimeoutS, "cluster.init_timeout_s");
   installStopHandlers();
-  // Note [malloc churn]: LibTorch's CPU allocator is plain malloc, and glibc
-  // maps every block above 128 KiB freshly (zero-filled page by page) and
-  // unmaps it on free. Activations, gradients and swap buffers are exactly
-  // such blocks, allocated and freed every micro-batch: keeping them in the
-  // heap instead made swapping steps about 20% faster on 2 cores (bench/memory).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Freed activation-sized blocks stay in the heap (Note [malloc churn],
+  // core/HeapPolicy.h); main() has done so already, a library caller may not have.
+  keepFreedMemoryInHeap();
   world_ = Communicator::world();
   rank_ = world_.rank();
   log::setRank(world_.size() > 1 ? rank_ : -1);
@@ -64,7 +60,7 @@ void Trainer::setUp() {
 
 // This rank's device (job.device): the model is built from the seed on the
 // host (the same weights everywhere), then moved there and captured there.
-void Trainer::useRankDevice() {
+void TrainerImpl::useRankDevice() {
   device_ = rankDevice(c_.job.device, place_.localRank);
   useDevice(device_);
   if (device_.is_cuda()) {
@@ -95,7 +91,7 @@ void Trainer::useRankDevice() {
   }
 }
 
-void Trainer::plan() {
+void TrainerImpl::plan() {
   const auto& m = c_.memory;
   cuts_ = c_.pipeline.cuts;
   // A plan decides the split (without cuts) and what is kept; a memory plan
@@ -129,7 +125,8 @@ void Trainer::plan() {
                "config error: the split has " << stages.size() << " stages but the job runs pipeline.stages ("
                                               << c_.pipeline.stages << ") x " << chunks_ << " per rank");
   std::set<std::string> named;
-  placement_ = pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr), c_.pipeline.stages, chunks_);
+  placement_ =
+      pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr).name, c_.pipeline.stages, chunks_);
   for (int s : placement_.stagesOf(stageIndex_)) {
     stages_.push_back(stages[s]);
     memoryPlans_.push_back(plan_ ? memoryPlanFor(*plan_, static_cast<int>(s), c_) : memory::MemoryPlan{});
@@ -157,7 +154,7 @@ void Trainer::plan() {
 
 // The trainable parameters of this rank's stages, the tied ones of the job,
 // and (optimizer.clip_grad_norm) each one's entry in the job's norm vector.
-void Trainer::trainableAndTied(const std::vector<StageGraph>& stages) {
+void TrainerImpl::trainableAndTied(const std::vector<StageGraph>& stages) {
   for (auto& name : paramNames_) {
     if (setup_.tensorsByName({name})[0].requires_grad()) trainableNames_.push_back(name);
   }

@@ -11,12 +11,13 @@
 #include "core/Log.h"
 #include "core/TransferGuard.h"
 #include "launch/Faults.h"
-#include "train/Trainer.h"
+#include "train/TrainerImpl.h"
+#include "train/GradientVerdict.h"
 #include "optim/OptimizerState.h"
 
 namespace sluice {
 
-torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm) {
+torch::Tensor TrainerImpl::step(int64_t step, bool* skipped, torch::Tensor* gradNorm) {
   *skipped = false;
   transfers::beginStep();  // Note [round trip] (core/TransferGuard.h): the forwards and backwards
   auto micro = microBatchesFor(step);
@@ -60,47 +61,34 @@ torch::Tensor Trainer::step(int64_t step, bool* skipped, torch::Tensor* gradNorm
 // finite flags (see step()): whether the update goes ahead. When it does not,
 // the gradients are zeroed and *skipped is set; under abort without loss
 // scaling the flags wait for the next log point and the update goes ahead.
-bool Trainer::updateGoesAhead(int64_t step, const torch::Tensor& flags, const std::vector<torch::Tensor>& params,
+bool TrainerImpl::updateGoesAhead(int64_t step, const torch::Tensor& flags, const std::vector<torch::Tensor>& params,
                               bool* skipped) {
-  auto skip = [&](const std::string& why) {
-    *skipped = true;
-    optim::zeroGradients(optimizer());  // DistAdam: also finishes its abandoned reductions
-    if (rank_ == 0) log::warn("step " + std::to_string(step) + ": " + why);
-    return false;
-  };
   if (c_.training.nanPolicy == NanPolicy::Abort && !lossScaler_) {
-    nanChecks_.push_back({step, flags});
-  } else {
-    auto flag = flags.logical_not().any().to(torch::kInt64).reshape({1});
-    world_.allReduce(flag, ReduceOp::Max);
-    const bool nonFinite = hostsync::read<int64_t>(flag) != 0;
-    if (lossScaler_) {
-      // Note [fp16 loss scaling] (optim/LossScaler.h): every rank read the
-      // same flag, so every rank takes the same branch.
-      const double used = lossScaler_->scale();
-      switch (lossScaler_->update(nonFinite)) {
-        case optim::LossScaler::Outcome::BackOff:
-          return skip("gradients overflowed at loss scale " + optim::scaleText(used) + ", update skipped; loss scale now " +
-                      optim::scaleText(lossScaler_->scale()));
-        case optim::LossScaler::Outcome::NonFinite:
-          if (c_.training.nanPolicy == NanPolicy::Skip) {
-            return skip("non-finite gradients at loss scale 1, update skipped (training.nan_policy skip)");
-          }
-          throw Error("step " + std::to_string(step) + ": gradients are not finite (NaN or inf) even at loss scale 1, " +
-                      "so lowering the scale cannot help (a non-finite forward, or float16's range exceeded: try " +
-                      "bf16); training.nan_policy: skip drops such steps instead of stopping");
-        case optim::LossScaler::Outcome::Apply:
-          if (used != 1) optim::scaleGradients(optimizer(), params, torch::scalar_tensor(1 / used, torch::kFloat).to(device_));
-          break;
-      }
-    } else if (nonFinite) {
-      return skip("non-finite gradients, update skipped (training.nan_policy skip)");
-    }
+    nanChecks_.push_back({step, flags});  // Note [lazy nan check]: read at the next log point
+    return true;
+  }
+  auto flag = flags.logical_not().any().to(torch::kInt64).reshape({1});
+  world_.allReduce(flag, ReduceOp::Max);
+  const bool nonFinite = hostsync::read<int64_t>(flag) != 0;
+  const auto verdict = gradientVerdict(nonFinite, c_.training.nanPolicy, lossScaler_ ? &*lossScaler_ : nullptr, step);
+  switch (verdict.action) {
+    case GradientVerdict::Action::Fail:
+      throw Error(verdict.message);
+    case GradientVerdict::Action::Skip:
+      *skipped = true;
+      optim::zeroGradients(optimizer());  // DistAdam: also finishes its abandoned reductions
+      if (rank_ == 0) log::warn("step " + std::to_string(step) + ": " + verdict.message);
+      return false;
+    case GradientVerdict::Action::Apply:
+      break;
+  }
+  if (verdict.unscale != 1) {
+    optim::scaleGradients(optimizer(), params, torch::scalar_tensor(verdict.unscale, torch::kFloat).to(device_));
   }
   return true;
 }
 
-void Trainer::sumTiedGradients() {
+void TrainerImpl::sumTiedGradients() {
   for (auto& group : tied_) {
     for (auto& p : group.params) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // this rank's readers gave it none
@@ -109,7 +97,7 @@ void Trainer::sumTiedGradients() {
   }
 }
 
-void Trainer::checkNonFinite() {
+void TrainerImpl::checkNonFinite() {
   TransferScope scope(TransferScope::Kind::LogRead);
   for (auto& [step, flags] : nanChecks_) {
     if (hostsync::read<bool>(flags.all())) continue;
@@ -124,7 +112,7 @@ void Trainer::checkNonFinite() {
   nanChecks_.clear();
 }
 
-std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
+std::vector<pipeline::MicroBatch> TrainerImpl::microBatchesFor(int64_t step) const {
   // Each data-parallel rank trains on its own disjoint rows of the global batch.
   const int dp = c_.pipeline.dataParallel, m = c_.pipeline.microbatches;
   const int64_t mbs = c_.training.microBatchSize;
@@ -157,7 +145,7 @@ std::vector<pipeline::MicroBatch> Trainer::microBatchesFor(int64_t step) const {
 // Note [lazy loss]: losses and memory peaks are read here only, every
 // logging.interval steps. The global loss is the mean of the replicas' losses
 // (equal shares of the global batch); a stage's peak is the max over replicas.
-void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks) {
+void TrainerImpl::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks) {
   TransferScope scope(TransferScope::Kind::LogRead);
   log::checkFile();  // a log cut short by a full disk stops the job (with the reason)
   const int stages = c_.pipeline.stages, dp = c_.pipeline.dataParallel;
@@ -188,7 +176,7 @@ void Trainer::flushLogPoint(std::vector<StepRecord>& pending, const std::vector<
 // forward updates (read by aten::batch_norm or written by aten::add_, e.g.
 // running_mean, running_var, num_batches_tracked) go from the first replica
 // to the others after every step.
-void Trainer::syncBuffers() {
+void TrainerImpl::syncBuffers() {
   if (c_.pipeline.dataParallel < 2) return;
   if (!syncedBuffers_) {
     syncedBuffers_.emplace();

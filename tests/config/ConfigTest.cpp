@@ -35,7 +35,7 @@ TEST(Config, ValidConfigAndDefaults) {
   auto c = Config::fromYamlText(kValid);
   EXPECT_EQ(c.job.seed, 7);
   EXPECT_EQ(c.pipeline.stages, 2);
-  EXPECT_EQ(c.pipeline.schedule, "gpipe");
+  EXPECT_EQ(c.pipeline.schedule.name(), "gpipe");
   EXPECT_EQ(c.worldSize(), 2);
   EXPECT_EQ(c.optimizer.name, optim::OptimizerKind::AdamW);  // default
   EXPECT_EQ(c.logging.interval, 10);     // default
@@ -50,7 +50,7 @@ TEST(Config, OverridesTakePrecedence) {
   auto c = Config::fromYamlText(kValid, {"training.steps=100", "pipeline.schedule=1f1b", "pipeline.cuts=[40]",
                                          "optimizer.lr=0.5"});
   EXPECT_EQ(c.training.steps, 100);
-  EXPECT_EQ(c.pipeline.schedule, "1f1b");
+  EXPECT_EQ(c.pipeline.schedule.name(), "1f1b");
   EXPECT_EQ(c.pipeline.cuts, std::vector<int>{40});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.5);
   EXPECT_TRUE(c.pipeline.fitSchedule);  // default
@@ -104,7 +104,7 @@ TEST(Config, FullRecomputeWorksWithEverySchedule) {
     auto c = Config::fromYamlText(kValid, {std::string("pipeline.schedule=") + schedule, "pipeline.stages=2",
                                           "memory.policy=full_recompute"});
     EXPECT_EQ(c.memory.policy, memory::MemoryPolicy::FullRecompute) << schedule;
-    EXPECT_EQ(c.pipeline.schedule, schedule);
+    EXPECT_EQ(c.pipeline.schedule.name(), schedule);
   }
 }
 

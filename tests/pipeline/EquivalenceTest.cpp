@@ -50,6 +50,17 @@ std::vector<pipeline::MicroBatch> batchFor(int step, int64_t vocab, const c10::D
   return mbs;
 }
 
+// One optimizer step of a stage that is alone on its rank: zero_grad (to
+// zeros, as the trainer's optim::zeroGradients), its forwards and
+// backwards, the optimizer. Returns the step's loss on the last stage.
+at::Tensor trainStep(pipeline::StageWorker& worker, const std::vector<pipeline::MicroBatch>& microBatches,
+                     torch::optim::Optimizer& optimizer) {
+  optimizer.zero_grad(/*set_to_none=*/false);
+  auto loss = worker.runMicroBatches(microBatches);
+  optimizer.step();
+  return loss;
+}
+
 torch::optim::AdamWOptions adamw() { return torch::optim::AdamWOptions(3e-3).weight_decay(0.1); }
 
 std::vector<double> referenceLosses(const c10::Device& device = c10::kCPU) {
@@ -135,7 +146,7 @@ std::vector<double> pipelineLosses(const Communicator& comm, const std::string& 
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
-    auto loss = worker.trainStep(batchFor(step, 64, device), opt);
+    auto loss = trainStep(worker, batchFor(step, 64, device), opt);
     if (worker.isLast()) losses.push_back(loss.item<double>());
   }
   return losses;
@@ -379,7 +390,7 @@ TEST(Equivalence, MeasuredSavedActivationsAreThePlansPrediction) {
   for (auto& t : gpt->buffers()) live.exclude(t);
   worker.measureSavedBytes(&live);
   torch::optim::AdamW opt(worker.trainableParameters(), adamw());
-  for (int step = 0; step < 2; ++step) worker.trainStep(batchFor(step, 64), opt);
+  for (int step = 0; step < 2; ++step) trainStep(worker, batchFor(step, 64), opt);
   const auto& predicted = plan.stages.at(world.rank());
   ASSERT_GT(predicted.keptBytes, 0);
   EXPECT_EQ(live.peakBytes(), predicted.inFlight * predicted.keptBytes)
