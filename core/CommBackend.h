@@ -13,8 +13,14 @@
 // - Thread use: one thread at a time per backend (the NCCL backend's own
 //   watchdog thread touches only its in-flight list, under a lock).
 //
-// Adding a backend: a class here, one file pair, and a row in
-// commBackendKinds() (core/Communicator.cpp).
+// Two roles. A HostBackend (below) is what a Communicator is built on: it
+// carries CPU tensors and the control plane (barrier, a receive of any
+// shape, sub-communicators); MPI is one (core/MpiBackend.h). A device
+// backend carries the CUDA tensors of a communicator it is attached to
+// (NCCL, core/NcclBackend.h), built by its factory over the host backend.
+// Adding a backend: its class in one file pair, and a row in its table
+// (core/CommBackends.h: hostBackendKinds(), or the device factory seam).
+// tests/core/RecordingBackendTest.cpp is the recipe for a host backend.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -97,5 +103,24 @@ class CommBackend {
   virtual std::unique_ptr<PendingOp> iallGather(const at::Tensor& input, const at::Tensor& output) = 0;
   virtual std::unique_ptr<PendingOp> ibroadcast(const at::Tensor& tensor, int root) = 0;
 };
+
+// The backend a Communicator is built on: CPU tensors (and CUDA tensors when
+// no device backend is attached, as the MPI backend's host staging does),
+// plus the control plane every communicator needs.
+class HostBackend : public CommBackend {
+ public:
+  virtual std::unique_ptr<PendingOp> ibarrier() = 0;
+  // A receive of any shape in two halves: its header (Note [p2p header]),
+  // then, into a tensor of the header's shape and dtype, its bytes.
+  virtual std::unique_ptr<PendingOp> irecvHeader(std::shared_ptr<P2pHeader> header, int src, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> irecvBytes(const at::Tensor& into, int src, int tag) = 0;
+  // Ranks with the same color form a sub-communicator, ordered by key (-1: rank). Collective.
+  virtual std::shared_ptr<HostBackend> split(int color, int key) const = 0;
+};
+
+// Attaches a device backend to a communicator's host backend (collective
+// over it): CommError when this build or machine cannot.
+using DeviceBackendFactory = std::shared_ptr<CommBackend> (*)(HostBackend& host, c10::Device device,
+                                                              bool pointToPoint);
 
 }  // namespace sluice

@@ -11,11 +11,9 @@
 
 #include "core/Error.h"
 #include "core/Log.h"
-#include "core/MpiBackend.h"
+#include "core/CommBackends.h"
+#include "core/MpiBackend.h"  // the process-wide MPI start, stop and abort
 #include "core/SystemInfo.h"
-#if SLUICE_CUDA
-#include "core/NcclBackend.h"
-#endif
 
 namespace sluice {
 namespace {
@@ -86,11 +84,7 @@ CommBackendKind parseCommBackend(const std::string& name) {
 }
 
 bool commBackendBuilt(CommBackendKind kind) {
-#if SLUICE_CUDA
-  return true;
-#else
-  return kind == CommBackendKind::Mpi;
-#endif
+  return kind == CommBackendKind::Mpi || deviceBackendFactory(kind) != nullptr;
 }
 
 CommBackendKind chooseDeviceBackend(std::optional<CommBackendKind> requested, bool gpusShared) {
@@ -296,14 +290,19 @@ bool Communicator::launchedByMpi() {
          std::getenv("PMIX_RANK") != nullptr;
 }
 
-Communicator Communicator::world() {
+Communicator Communicator::world(const std::string& hostBackend) {
   SLUICE_CHECK(initialized(), CommError, "Communicator::world() called before Communicator::initialize()");
-  return Communicator(MpiBackend::world());
+  return Communicator(hostBackendKind(hostBackend).world());
 }
 
-Communicator Communicator::self() {
+Communicator Communicator::self(const std::string& hostBackend) {
   SLUICE_CHECK(initialized(), CommError, "Communicator::self() called before Communicator::initialize()");
-  return Communicator(MpiBackend::self());
+  return Communicator(hostBackendKind(hostBackend).self());
+}
+
+Communicator Communicator::over(std::shared_ptr<HostBackend> host) {
+  SLUICE_CHECK(host != nullptr, CommError, "Communicator::over: no backend");
+  return Communicator(std::move(host));
 }
 
 namespace {
@@ -322,42 +321,41 @@ void Communicator::abortAll(int code) {
   std::_Exit(code);
 }
 
-Communicator::Communicator(std::shared_ptr<MpiBackend> mpi, std::shared_ptr<CommBackend> device)
-    : mpi_(std::move(mpi)), device_(std::move(device)) {}
+Communicator::Communicator(std::shared_ptr<HostBackend> host, std::shared_ptr<CommBackend> device)
+    : host_(std::move(host)), device_(std::move(device)) {}
 
-int Communicator::rank() const { return mpi_ ? mpi_->rank() : 0; }
-int Communicator::size() const { return mpi_ ? mpi_->size() : 0; }
+int Communicator::rank() const { return host_ ? host_->rank() : 0; }
+int Communicator::size() const { return host_ ? host_->size() : 0; }
 
 CommBackendKind Communicator::deviceBackend() const { return device_ ? device_->kind() : CommBackendKind::Mpi; }
 
 CommBackend& Communicator::backendFor(const torch::Tensor& tensor) const {
-  SLUICE_CHECK(mpi_ != nullptr, CommError, "communication on an empty Communicator");
+  SLUICE_CHECK(host_ != nullptr, CommError, "communication on an empty Communicator");
   if (tensor.is_cuda() && device_) return *device_;
-  return *mpi_;
+  return *host_;
 }
 
 Communicator Communicator::split(int color, int key) const {
-  Communicator out(mpi_->split(color, key));
+  Communicator out(host_->split(color, key));
   if (device_) return out.withDeviceBackend(device_->kind(), deviceOf_, pointToPoint_);
   return out;
 }
 
 Communicator Communicator::withDeviceBackend(CommBackendKind kind, c10::Device device, bool pointToPoint) const {
-  SLUICE_CHECK(mpi_ != nullptr, CommError, "withDeviceBackend on an empty Communicator");
-  Communicator out(mpi_);
+  SLUICE_CHECK(host_ != nullptr, CommError, "withDeviceBackend on an empty Communicator");
+  Communicator out(host_);
   out.deviceOf_ = device;
   out.pointToPoint_ = pointToPoint;
   if (kind == CommBackendKind::Mpi) return out;
-#if SLUICE_CUDA
-  out.device_ = createNcclBackend(*mpi_, device, pointToPoint);
+  const auto factory = deviceBackendFactory(kind);
+  SLUICE_CHECK(factory, CommError,
+               "the " << commBackendName(kind) << " backend needs a CUDA build of Sluice (this one was built without "
+                      << "the CUDA toolkit); use job.backend: mpi");
+  out.device_ = factory(*host_, device, pointToPoint);
   return out;
-#else
-  throw CommError("the NCCL backend needs a CUDA build of Sluice (this one was built without the CUDA toolkit); "
-                  "use job.backend: mpi");
-#endif
 }
 
-std::string Communicator::peerName(int r) const { return mpi_->peerName(r); }
+std::string Communicator::peerName(int r) const { return host_->peerName(r); }
 
 void Communicator::send(const torch::Tensor& tensor, int dst, int tag, bool requiresGrad) const {
   isend(tensor, dst, tag, requiresGrad).wait();
@@ -391,14 +389,14 @@ Received Communicator::recvAny(int src, int tag) const {
   checkTag(tag, "recv");
   auto header = std::make_shared<P2pHeader>();
   const std::string from = "recv from " + peerName(src) + " (tag " + std::to_string(tag) + ")";
-  Work(mpi_->irecvHeader(header, src, tag), from).wait();
+  Work(host_->irecvHeader(header, src, tag), from).wait();
   const auto& h = header->words;
   Received r;
   r.tensor = torch::empty(std::vector<int64_t>(h.begin() + 5, h.begin() + 5 + h[4]),
                           torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[1])));
   r.requiresGrad = header->requiresGrad();
   receivedBytes.fetch_add(static_cast<int64_t>(r.tensor.nbytes()));
-  Work(mpi_->irecvBytes(r.tensor, src, tag), from).wait();
+  Work(host_->irecvBytes(r.tensor, src, tag), from).wait();
   return r;
 }
 
@@ -449,8 +447,8 @@ void Communicator::broadcast(torch::Tensor& tensor, int root) const {
 }
 
 void Communicator::barrier() const {
-  SLUICE_CHECK(mpi_ != nullptr, CommError, "barrier on an empty Communicator");
-  Work(mpi_->ibarrier(), "barrier over " + std::to_string(size()) + " ranks").wait();
+  SLUICE_CHECK(host_ != nullptr, CommError, "barrier on an empty Communicator");
+  Work(host_->ibarrier(), "barrier over " + std::to_string(size()) + " ranks").wait();
 }
 
 }  // namespace sluice

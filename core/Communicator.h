@@ -64,8 +64,6 @@
 
 namespace sluice {
 
-class MpiBackend;
-
 // The backend kinds and their table: core/CommBackendKind.h.
 
 // What the receiver expects; checked against the sender's header on receipt.
@@ -141,8 +139,12 @@ class Communicator {
     int64_t sentBytes = 0, receivedBytes = 0, collectiveBytes = 0;
   };
   static Traffic traffic();
-  static Communicator world();
-  static Communicator self();
+  // Every rank of the job, or this rank alone, over a host backend of
+  // core/CommBackends.h's table ("mpi": Open MPI).
+  static Communicator world(const std::string& hostBackend = "mpi");
+  static Communicator self(const std::string& hostBackend = "mpi");
+  // A communicator over any host backend (the factory's rows use it).
+  static Communicator over(std::shared_ptr<HostBackend> host);
   // Aborts every rank of MPI_COMM_WORLD (used when one rank fails).
   [[noreturn]] static void abortAll(int code);
   // The watchdog: seconds any wait may take before it throws (0: no limit);
@@ -156,7 +158,7 @@ class Communicator {
   Communicator() = default;
   int rank() const;
   int size() const;
-  bool valid() const { return mpi_ != nullptr; }
+  bool valid() const { return host_ != nullptr; }
 
   // Ranks with the same color form a sub-communicator, ordered by key
   // (default: rank). An attached NCCL backend is split too. Collective.
@@ -198,11 +200,11 @@ class Communicator {
   std::string peerName(int r) const;
 
  private:
-  explicit Communicator(std::shared_ptr<MpiBackend> mpi, std::shared_ptr<CommBackend> device = nullptr);
-  // The backend that moves `tensor` (NCCL for CUDA tensors when attached, else MPI).
+  explicit Communicator(std::shared_ptr<HostBackend> host, std::shared_ptr<CommBackend> device = nullptr);
+  // The backend that moves `tensor` (the device backend for CUDA tensors when attached, else the host's).
   CommBackend& backendFor(const at::Tensor& tensor) const;
-  std::shared_ptr<MpiBackend> mpi_;
-  std::shared_ptr<CommBackend> device_;  // CUDA tensors (NCCL); null: MPI with host staging
+  std::shared_ptr<HostBackend> host_;    // CPU tensors and the control plane (MPI)
+  std::shared_ptr<CommBackend> device_;  // CUDA tensors (NCCL); null: the host backend's (MPI: host staging)
   c10::Device deviceOf_ = c10::kCPU;
   bool pointToPoint_ = true;
 };

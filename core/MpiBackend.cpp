@@ -172,7 +172,7 @@ std::shared_ptr<MpiBackend> MpiBackend::self() {
   return std::make_shared<MpiBackend>(std::make_shared<MPI_Comm>(MPI_COMM_SELF));
 }
 
-std::shared_ptr<MpiBackend> MpiBackend::split(int color, int key) const {
+std::shared_ptr<HostBackend> MpiBackend::split(int color, int key) const {
   // Owned before MPI fills it in; freed when the last holder goes (only
   // while MPI is still up, and not when the split failed).
   std::shared_ptr<MPI_Comm> owned(new MPI_Comm(MPI_COMM_NULL), [](MPI_Comm* c) {

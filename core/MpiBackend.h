@@ -24,7 +24,7 @@
 
 namespace sluice {
 
-class MpiBackend final : public CommBackend {
+class MpiBackend final : public HostBackend {
  public:
   explicit MpiBackend(std::shared_ptr<MPI_Comm> comm);
   static std::shared_ptr<MpiBackend> world();
@@ -44,13 +44,11 @@ class MpiBackend final : public CommBackend {
   std::unique_ptr<PendingOp> iallGather(const torch::Tensor& input, const torch::Tensor& output) override;
   std::unique_ptr<PendingOp> ibroadcast(const torch::Tensor& tensor, int root) override;
 
-  // The control plane (CPU only): a barrier, and the first half of a receive
-  // of any shape (its header; the Communicator then posts the data receive).
-  std::unique_ptr<PendingOp> ibarrier();
-  std::unique_ptr<PendingOp> irecvHeader(std::shared_ptr<P2pHeader> header, int src, int tag);
-  std::unique_ptr<PendingOp> irecvBytes(const torch::Tensor& into, int src, int tag);
-  // Ranks with the same color form a sub-communicator, ordered by key (default: rank). Collective.
-  std::shared_ptr<MpiBackend> split(int color, int key) const;
+  // The control plane (CPU only; HostBackend).
+  std::unique_ptr<PendingOp> ibarrier() override;
+  std::unique_ptr<PendingOp> irecvHeader(std::shared_ptr<P2pHeader> header, int src, int tag) override;
+  std::unique_ptr<PendingOp> irecvBytes(const torch::Tensor& into, int src, int tag) override;
+  std::shared_ptr<HostBackend> split(int color, int key) const override;
   MPI_Comm handle() const { return *comm_; }
 
  private:

@@ -21,7 +21,7 @@
 #include "core/Device.h"
 #include "core/Error.h"
 #include "core/Log.h"
-#include "core/MpiBackend.h"
+#include "core/CommBackends.h"
 #include "core/NcclChannel.h"
 #include "core/TransferGuard.h"
 
@@ -95,7 +95,7 @@ class NcclBackend final : public CommBackend, public std::enable_shared_from_thi
     return r >= 0 && r < static_cast<int>(peerNames_.size()) ? peerNames_[r] : "rank " + std::to_string(r);
   }
 
-  void init(MpiBackend& mpi, bool pointToPoint);
+  void init(HostBackend& mpi, bool pointToPoint);
 
   std::unique_ptr<PendingOp> isend(const torch::Tensor& tensor, bool requiresGrad, int dst, int tag) override {
     auto& ch = pairChannel(sendTo_, dst, "send");
@@ -357,7 +357,7 @@ std::string ncclVersionText() {
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
-std::shared_ptr<CommBackend> createNcclBackend(MpiBackend& mpi, c10::Device device, bool pointToPoint) {
+std::shared_ptr<CommBackend> createNcclBackend(HostBackend& mpi, c10::Device device, bool pointToPoint) {
   const int rank = mpi.rank(), size = mpi.size();
   SLUICE_CHECK(device.is_cuda() && device.has_index(), CommError,
                "the NCCL backend needs a CUDA device with an index, got " << device);
@@ -386,7 +386,7 @@ std::shared_ptr<CommBackend> createNcclBackend(MpiBackend& mpi, c10::Device devi
   return backend;
 }
 
-void NcclBackend::init(MpiBackend& mpi, bool pointToPoint) {
+void NcclBackend::init(HostBackend& mpi, bool pointToPoint) {
   c10::cuda::CUDAGuard guard(device_.index());
   // The main communicator's id from rank 0; each ordered pair's from its sender.
   std::vector<ncclUniqueId> mainId(1);
@@ -430,6 +430,11 @@ void NcclBackend::init(MpiBackend& mpi, bool pointToPoint) {
   }
   ncclCheck(ncclGroupEnd(), nullptr, "ncclGroupEnd (initialization)", rank_);
   watchdog_ = std::thread([this] { watch(); });
+}
+
+// The device-backend seam in a CUDA build (core/CommBackends.h).
+DeviceBackendFactory deviceBackendFactory(CommBackendKind kind) {
+  return kind == CommBackendKind::Nccl ? createNcclBackend : nullptr;
 }
 
 }  // namespace sluice

@@ -43,13 +43,11 @@
 
 namespace sluice {
 
-class MpiBackend;
-
 // "2.28.9": the NCCL this process loaded.
 std::string ncclVersionText();
 
 // Collective over `mpi`. Throws CommError when `device` is not a CUDA device
 // present here, when two ranks use the same GPU, or when NCCL fails.
-std::shared_ptr<CommBackend> createNcclBackend(MpiBackend& mpi, c10::Device device, bool pointToPoint);
+std::shared_ptr<CommBackend> createNcclBackend(HostBackend& host, c10::Device device, bool pointToPoint);
 
 }  // namespace sluice

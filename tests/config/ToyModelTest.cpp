@@ -87,7 +87,7 @@ ModelSpec toySpec() {
   return s;
 }
 
-const bool kRegistered = addModelSpec(toySpec());
+const bool kToyModelRegistered = addModelSpec(toySpec());
 
 const char* kToyConfig =
     "job: {output_dir: /tmp/sluice_toy_model}\n"
@@ -97,7 +97,7 @@ const char* kToyConfig =
     "pipeline: {stages: 1}\n";
 
 TEST(ToyModel, IsARowOfTheTableThatTheConfigParses) {
-  ASSERT_TRUE(kRegistered);
+  ASSERT_TRUE(kToyModelRegistered);
   const auto c = Config::fromYamlText(kToyConfig);
   EXPECT_EQ(c.model.spec, &modelSpec("toy_residual"));
   // Its keys are written to config.resolved.yaml; another model's are not.
