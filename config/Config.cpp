@@ -211,6 +211,21 @@ class KeyReader {
   void choice(const char* name, T& out, const std::vector<Choice<T>>& table, const char* what) {
     r_.getChoice(name, out, choiceName(table, out), [&](const std::string& n) { return parseChoice(table, n, what); });
   }
+  // A closed choice whose refusal reads "<key> must be a, b or c<note>, got 'x'"; `shown` as for key().
+  template <class T>
+  void closedChoice(const char* name, T& out, const std::vector<Choice<T>>& table, const char* note, bool = true) {
+    const std::string key = r_.path() + "." + name;
+    r_.getChoice(name, out, choiceName(table, out), [&](const std::string& n) {
+      std::vector<std::string> names;
+      for (auto& row : table) {
+        if (n == row.name) return row.kind;
+        names.push_back(row.name);
+      }
+      std::string list;
+      for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+      throw ConfigError("config error: " + key + " must be " + list + note + ", got '" + n + "'");
+    });
+  }
   template <class F>
   void section(const char* name, F visit) {
     KeyReader sub(r_.child(name));
@@ -283,6 +298,10 @@ struct KeyLister {
     out.push_back(prefix + name);
   }
   template <class T>
+  void closedChoice(const char* name, T& value, const std::vector<Choice<T>>& table, const char*, bool = true) {
+    choice(name, value, table, "");
+  }
+  template <class T>
   void choice(const char* name, T&, const std::vector<Choice<T>>& table, const char*) {
     out.push_back(prefix + name);
     if (!choices) return;
@@ -330,6 +349,10 @@ class KeyWriter {
   void choice(const char* name, T& value, const std::vector<Choice<T>>& table, const char*) {
     e_ << YAML::Key << name << YAML::Value << choiceName(table, value);
   }
+  template <class T>
+  void closedChoice(const char* name, T& value, const std::vector<Choice<T>>& table, const char*, bool shown = true) {
+    if (shown) choice(name, value, table, "");
+  }
   template <class F>
   void section(const char* name, F visit) {
     e_ << YAML::Key << name << YAML::Value << YAML::BeginMap;
@@ -364,61 +387,6 @@ Config parse(const YAML::Node& root) {
 }
 
 }  // namespace
-
-const std::vector<Choice<Precision>>& precisionChoices() {
-  static const std::vector<Choice<Precision>> t = {
-      {Precision::Fp32, "fp32", "float32 throughout"},
-      {Precision::Bf16, "bf16", "the forward captured under autocast into bfloat16"},
-      {Precision::Fp16, "fp16", "float16 with dynamic loss scaling (CUDA)"}};
-  return t;
-}
-
-const std::vector<Choice<NanPolicy>>& nanPolicyChoices() {
-  static const std::vector<Choice<NanPolicy>> t = {
-      {NanPolicy::Abort, "abort", "a non-finite gradient stops the job"},
-      {NanPolicy::Skip, "skip", "a step with a non-finite gradient is dropped on every rank"}};
-  return t;
-}
-
-const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices() {
-  static const std::vector<Choice<BoundaryDtype>> t = {
-      {BoundaryDtype::Graph, "graph", "boundary values travel in the graph's dtype (exact)"},
-      {BoundaryDtype::Compute, "compute", "float32 boundary values travel in the compute dtype"}};
-  return t;
-}
-
-const std::vector<Choice<ExecMode>>& executionChoices() {
-  static const std::vector<Choice<ExecMode>> t = {
-      {ExecMode::Eager, "eager", "node by node through the TorchScript interpreter"},
-      {ExecMode::Compiled, "compiled", "TorchScript's optimizing executor"}};
-  return t;
-}
-
-pipeline::ScheduleChoice parseScheduleSetting(const std::string& name) {
-  if (name == "auto") return pipeline::ScheduleChoice::automatic();
-  if (const auto* kind = pipeline::findScheduleKind(name)) return pipeline::ScheduleChoice::of(*kind);
-  std::string names;
-  for (const auto& k : pipeline::scheduleKinds()) names += k.name + ", ";
-  throw ConfigError("config error: pipeline.schedule must be " + names.substr(0, names.size() - 2) + " or auto, got '" +
-                    name + "'");
-}
-
-std::vector<Choice<const ModelSpec*>> modelChoices() {
-  std::vector<Choice<const ModelSpec*>> t;
-  for (const auto& row : modelSpecs()) t.push_back({&row, row.name.c_str(), row.summary.c_str(), row.listed});
-  return t;
-}
-
-const std::vector<Choice<DataKind>>& dataChoices() {
-  static const std::vector<Choice<DataKind>> t = {
-      {DataKind::Text, "text", "byte-level windows of the files under data.path"},
-      {DataKind::Synthetic, "synthetic", "random vectors and labels (model.name mlp)"},
-      {DataKind::FashionMnist, "fashion_mnist", "Fashion-MNIST images and labels"},
-      {DataKind::Tokens, "tokens", "windows of a pre-tokenized file of ids"}};
-  return t;
-}
-
-const char* dataName(DataKind kind) { return choiceName(dataChoices(), kind); }
 
 std::vector<std::string> configKeys() {
   std::vector<std::string> keys;

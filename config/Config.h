@@ -49,6 +49,19 @@ std::vector<Choice<const ModelSpec*>> modelChoices();
 // gpipe, 1f1b, ... or auto, got 'x'".
 pipeline::ScheduleChoice parseScheduleSetting(const std::string& name);
 
+// model.loss (torchscript): cross_entropy | mse | none (forward takes the targets last and returns the loss)
+enum class LossKind { CrossEntropy, Mse, None };
+const std::vector<Choice<LossKind>>& lossChoices();
+// data.token_dtype (tokens): the ids of a file without llm.c's header
+enum class TokenDtype { Uint16, Uint32 };
+const std::vector<Choice<TokenDtype>>& tokenDtypeChoices();
+// data.eval_split (fashion_mnist): the split evaluation reads
+enum class EvalSplit { Test, Train };
+const std::vector<Choice<EvalSplit>>& evalSplitChoices();
+// cluster.launcher: auto (slurm inside an allocation, else mpirun) | mpirun | slurm
+enum class LauncherKind { Auto, Mpirun, Slurm };
+const std::vector<Choice<LauncherKind>>& launcherChoices();
+
 // data.name: text (byte-level windows of files under data.path) | synthetic |
 // fashion_mnist | tokens (a pre-tokenized file of ids, data/TokenFile.h)
 enum class DataKind { Text, Synthetic, FashionMnist, Tokens };
@@ -111,7 +124,7 @@ struct ModelConfig {
   std::string path;
   std::vector<InputSpec> inputs;     // forward's arguments, in order
   InputSpec targets;                 // what the loss compares the output with
-  std::string loss = "cross_entropy"; // cross_entropy | mse | none (forward takes the targets last and returns the loss)
+  LossKind loss = LossKind::CrossEntropy;  // model.loss
   // model.weights: a safetensors file the training starts from (every
   // parameter by module path; `sluice export --format safetensors` writes
   // one); "" = the model's own initialisation. A checkpoint resumed wins.
@@ -123,11 +136,11 @@ struct DataConfig {
   // text: a file or folder (default /usr/share/games/fortunes); fashion_mnist:
   // the folder of the IDX files (default /usr/share/datasets/fashion-mnist)
   std::string path;
-  std::string evalSplit = "test";  // data.eval_split (fashion_mnist): test | train
+  EvalSplit evalSplit = EvalSplit::Test;  // data.eval_split (fashion_mnist)
   // tokens: the held-out token file evaluation reads (training.eval_interval)
   std::string evalPath;
-  // tokens: uint16 | uint32, the ids of a file without llm.c's header (one with it must agree)
-  std::string tokenDtype = "uint16";
+  // tokens: the ids of a file without llm.c's header (one with it must agree)
+  TokenDtype tokenDtype = TokenDtype::Uint16;
 };
 
 struct TrainingConfig {
@@ -166,7 +179,7 @@ struct ClusterConfig {
   int maxRestarts = 0;         // cluster.max_restarts: restarts from the latest checkpoint after a failure
   // `sluice launch` (several machines; see launch/ClusterLaunch.h):
   std::string hostfile;                        // cluster.hostfile: "host slots=N" lines
-  std::string launcher = "auto";               // auto (slurm inside an allocation, else mpirun) | mpirun | slurm
+  LauncherKind launcher = LauncherKind::Auto;  // cluster.launcher
   std::string interface;                       // network interface for MPI traffic ("" = Open MPI's choice)
   std::string rshAgent = "ssh";                // how mpirun reaches the other hosts (plm_rsh_agent)
   std::vector<std::string> extraMpirunArgs;    // appended to the mpirun command before the program

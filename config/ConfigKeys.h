@@ -73,7 +73,7 @@ void modelKeys(S& s, Config& c) {
   s.key("classes", m.classes, reads("classes"));
   s.key("channels", m.channels, reads("channels"));
   s.key("path", m.path, reads("path"));
-  s.key("loss", m.loss, reads("loss"));
+  s.closedChoice("loss", m.loss, lossChoices(), " (forward(inputs..., targets) returns the loss)", reads("loss"));
   s.key("inputs", m.inputs, reads("inputs"));
   s.key("targets", m.targets, reads("targets"));
   s.key("weights", m.weights, !m.weights.empty());
@@ -84,9 +84,9 @@ void dataKeys(S& s, Config& c) {
   s.choice("name", c.data.kind, dataChoices(), "data");
   const bool images = c.data.kind == DataKind::FashionMnist, tokens = c.data.kind == DataKind::Tokens;
   s.key("path", c.data.path, c.data.kind != DataKind::Synthetic);
-  s.key("eval_split", c.data.evalSplit, images);
+  s.closedChoice("eval_split", c.data.evalSplit, evalSplitChoices(), "", images);
   s.key("eval_path", c.data.evalPath, tokens);
-  s.key("token_dtype", c.data.tokenDtype, tokens);
+  s.closedChoice("token_dtype", c.data.tokenDtype, tokenDtypeChoices(), "", tokens);
 }
 
 template <class S>
@@ -180,7 +180,7 @@ void clusterKeys(S& s, Config& c) {
   s.key("init_timeout_s", k.initTimeoutS);
   s.key("max_restarts", k.maxRestarts);
   s.key("hostfile", k.hostfile);
-  s.key("launcher", k.launcher);
+  s.closedChoice("launcher", k.launcher, launcherChoices(), "");
   s.key("interface", k.interface);
   s.key("rsh_agent", k.rshAgent);
   s.key("extra_mpirun_args", k.extraMpirunArgs);

@@ -47,8 +47,6 @@ void validateTokens(const Config& c) {
   require(c.model.spec->tokenWindows,
           "data.name=tokens gives windows of token ids for a language model: use model.name " +
               modelNamesWhere(&ModelSpec::tokenWindows) + ", got " + c.model.spec->name);
-  require(in(c.data.tokenDtype, {"uint16", "uint32"}),
-          "data.token_dtype must be uint16 or uint32, got '" + c.data.tokenDtype + "'");
   require(c.training.evalInterval == 0 || !c.data.evalPath.empty(),
           "training.eval_interval with data.name=tokens needs data.eval_path: a second token file held out from "
           "training (scripts/tokenize.py writes one)");
@@ -58,7 +56,7 @@ void validateTokens(const Config& c) {
     require(std::filesystem::is_regular_file(path), key + " '" + path + "' is not a file (scripts/tokenize.py writes "
                                                     "token files)");
     try {
-      data::TokenFile(path, c.data.tokenDtype, c.model.blockSize, c.model.vocabSize, c.job.seed);
+      data::TokenFile(path, choiceName(tokenDtypeChoices(), c.data.tokenDtype), c.model.blockSize, c.model.vocabSize, c.job.seed);
     } catch (const DataError& e) {
       throw ConfigError(std::string("config error: ") + key + ": " + e.what());
     }
@@ -113,7 +111,9 @@ void validateData(Config& c) {
             "data.name=fashion_mnist gives [1, 28, 28] images: use model.name " + modelNamesWhere(&ModelSpec::images));
     // The evaluation split only when evaluation is on (training.eval_interval > 0).
     std::vector<std::string> splits{"train"};
-    if (c.training.evalInterval > 0 && c.data.evalSplit != "train") splits.push_back(c.data.evalSplit);
+    if (c.training.evalInterval > 0 && c.data.evalSplit != EvalSplit::Train) {
+      splits.push_back(choiceName(evalSplitChoices(), c.data.evalSplit));
+    }
     for (const std::string& split : splits) {
       for (const auto& file : {data::FashionMnist::imagesFile(split), data::FashionMnist::labelsFile(split)}) {
         require(!data::FashionMnist::idxPath(c.data.path, file).empty(),
@@ -122,7 +122,6 @@ void validateData(Config& c) {
       }
     }
   }
-  require(in(c.data.evalSplit, {"test", "train"}), "data.eval_split must be test or train, got '" + c.data.evalSplit + "'");
   require(c.training.evalInterval >= 0, "training.eval_interval must be >= 0 (0 = no evaluation)");
   require(c.training.evalSamples >= 0, "training.eval_samples must be >= 0 (0 = the whole split)");
   const std::string data = dataName(c.data.kind);
@@ -303,8 +302,6 @@ void validateRunSettings(Config& c) {
   require(cl.initTimeoutS >= 0, "cluster.init_timeout_s must be >= 0 (0 = no limit), got " +
                                     std::to_string(cl.initTimeoutS));
   require(cl.maxRestarts >= 0, "cluster.max_restarts must be >= 0, got " + std::to_string(cl.maxRestarts));
-  require(in(cl.launcher, {"auto", "mpirun", "slurm"}),
-          "cluster.launcher must be auto, mpirun or slurm, got '" + cl.launcher + "'");
   require(!cl.rshAgent.empty(), "cluster.rsh_agent must name a program (default ssh)");
   require(cl.nodes >= 0, "cluster.nodes must be >= 0 (0 = from the hostfile or the Slurm allocation), got " +
                              std::to_string(cl.nodes));
@@ -333,6 +330,10 @@ struct ModelKeyList {
   }
   template <class T, class A, class B>
   void choice(const char*, T&, A, B) {}
+  template <class T, class A>
+  void closedChoice(const char* name, T&, const A&, const char*, bool applies = true) {
+    keys.emplace_back(name, applies);
+  }
   template <class F>
   void derive(F) {}
 };

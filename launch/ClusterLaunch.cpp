@@ -71,8 +71,8 @@ std::string placementTable(const std::vector<RankHost>& placement) {
 bool inSlurmAllocation() { return std::getenv("SLURM_JOB_ID") != nullptr; }
 
 LaunchEngine chooseEngine(const Config& c) {
-  if (c.cluster.launcher == "slurm") return LaunchEngine::Slurm;
-  if (c.cluster.launcher == "mpirun") return LaunchEngine::Mpirun;
+  if (c.cluster.launcher == LauncherKind::Slurm) return LaunchEngine::Slurm;
+  if (c.cluster.launcher == LauncherKind::Mpirun) return LaunchEngine::Mpirun;
   return inSlurmAllocation() ? LaunchEngine::Slurm : LaunchEngine::Mpirun;
 }
 

@@ -31,7 +31,7 @@ void validateExported(Config& c) {
               std::to_string(in.sizes[0]));
   require(out.sizes.size() == 3 && out.sizes[0] == in.sizes[0] && out.sizes[1] == in.sizes[1],
           "model.path '" + m.path + "': its output " + out.name + " must be logits of shape [batch, block, vocab]");
-  require(m.loss == "cross_entropy", "model.loss: an exported program returns logits: use cross_entropy");
+  require(m.loss == LossKind::CrossEntropy, "model.loss: an exported program returns logits: use cross_entropy");
   require(c.data.kind == DataKind::Text || c.data.kind == DataKind::Tokens || c.data.kind == DataKind::Synthetic,
           "model.name=exported reads token windows: data.name text, tokens or synthetic");
   m.blockSize = in.sizes[1];

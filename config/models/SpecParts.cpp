@@ -68,7 +68,7 @@ void languageModelData(const Config& c, ModelSetup& s) {
   if (c.data.kind == DataKind::Text) {
     s.dataset = std::make_unique<data::TextDataset>(c.data.path, blockSize, c.job.seed);
   } else if (c.data.kind == DataKind::Tokens) {
-    s.dataset = std::make_unique<data::TokenFile>(c.data.path, c.data.tokenDtype, blockSize, vocabSize, c.job.seed);
+    s.dataset = std::make_unique<data::TokenFile>(c.data.path, choiceName(tokenDtypeChoices(), c.data.tokenDtype), blockSize, vocabSize, c.job.seed);
   } else {
     s.dataset = std::make_unique<data::SyntheticTokens>(vocabSize, blockSize, c.job.seed);
   }

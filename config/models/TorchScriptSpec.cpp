@@ -19,9 +19,6 @@ void validateTorchScript(Config& c) {
                                                     "with torch.jit.script(model).save(path))");
   require(!m.inputs.empty(), "model.name=torchscript needs model.inputs: a list of {name, shape, dtype}, one per "
                              "argument of forward (shape without the batch dimension)");
-  require(in(m.loss, {"cross_entropy", "mse", "none"}),
-          "model.loss must be cross_entropy, mse or none (forward(inputs..., targets) returns the loss), got '" + m.loss +
-              "'");
   auto checkSpec = [&](const InputSpec& t, const std::string& key) {
     require(in(t.dtype, {"float32", "int64"}), key + ".dtype must be float32 or int64, got '" + t.dtype + "'");
     for (auto d : t.shape) require(d >= 1, key + ".shape: every size must be >= 1");
@@ -48,7 +45,7 @@ void validateTorchScript(Config& c) {
             "float32");
     require(m.targets.shape.empty() && m.targets.dtype == "int64",
             "model.targets: data.name=fashion_mnist gives one class label per image: shape [] with dtype int64");
-    require(m.loss != "mse", "model.loss: data.name=fashion_mnist is classification: use cross_entropy (or none)");
+    require(m.loss != LossKind::Mse, "model.loss: data.name=fashion_mnist is classification: use cross_entropy (or none)");
   }
 }
 
@@ -56,7 +53,7 @@ ModelSetup buildTorchScript(const Config& c) {
   ModelSetup s;
   std::vector<std::string> names;
   for (auto& in : c.model.inputs) names.push_back(in.name);
-  const bool targetsLast = c.model.loss == "none";
+  const bool targetsLast = c.model.loss == LossKind::None;
   auto ts = std::make_shared<models::TorchScriptModel>(models::TorchScriptModel::load(c.model.path, names, targetsLast));
   s.module = ts->holder();
   s.forward = [ts](const std::vector<torch::Tensor>& in) { return ts->forward(in); };
@@ -69,7 +66,7 @@ ModelSetup buildTorchScript(const Config& c) {
     s.tokensPerSample = seqLen;
     s.dataset = std::make_unique<data::TextDataset>(c.data.path, seqLen, c.job.seed);
   }
-  if (c.model.loss == "none") {
+  if (c.model.loss == LossKind::None) {
     s.targetsAreInputs = true;
     s.inputNames.push_back("targets");  // the graph's second data input
     s.loss = [path = c.model.path](const torch::Tensor& out, const torch::Tensor&) {
@@ -78,7 +75,7 @@ ModelSetup buildTorchScript(const Config& c) {
                                                        << ", not a scalar loss; return the loss (e.g. .mean())");
       return out;
     };
-  } else if (c.model.loss == "mse") {
+  } else if (c.model.loss == LossKind::Mse) {
     s.loss = [](const torch::Tensor& out, const torch::Tensor& target) {
       return torch::mse_loss(out, target.to(out.scalar_type()));
     };
