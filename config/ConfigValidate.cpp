@@ -199,15 +199,18 @@ void validateChunksAndCuts(Config& c) {
   // where they can run (2 by default there, else 1: not candidates).
   const bool autoSchedule = p.schedule.isAuto();
   const bool interleaved = !autoSchedule && p.schedule.kind().interleaves;
-  const bool vShape = !autoSchedule && p.schedule.kind().vShape;
+  const int fixedChunks = autoSchedule ? 0 : p.schedule.kind().fixedChunks;
+  // Under auto, chunks > 1 is for the interleaved candidates, which take micro-batches in rank groups.
+  const bool inRankGroups = autoSchedule || p.schedule.kind().microBatchesInRankGroups;
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
   require(p.chunks <= 1 || interleaved || autoSchedule,
           "pipeline.chunks = " + std::to_string(p.chunks) +
               " (stages per rank) needs pipeline.schedule: " + interleavingSchedules() + " or auto, got '" +
               p.schedule.name() + "'");
-  require(!vShape || p.chunks == 0 || p.chunks == 2,
-          "pipeline.schedule " + p.schedule.name() + " places exactly 2 stages per rank (in a V), but pipeline.chunks is " +
-              std::to_string(p.chunks) + ": set pipeline.chunks: 2 or leave it out");
+  require(fixedChunks == 0 || p.chunks == 0 || p.chunks == fixedChunks,
+          "pipeline.schedule " + p.schedule.name() + " places exactly " + std::to_string(fixedChunks) +
+              " stages per rank" + (p.schedule.kind().vShape ? " (in a V)" : "") + ", but pipeline.chunks is " +
+              std::to_string(p.chunks) + ": set pipeline.chunks: " + std::to_string(fixedChunks) + " or leave it out");
   if (p.chunks == 0) {
     const bool canInterleave =
         p.stages >= 2 && p.microbatches % p.stages == 0;
@@ -218,7 +221,7 @@ void validateChunksAndCuts(Config& c) {
         interleaved ? "pipeline.schedule " + p.schedule.name() : "pipeline.chunks > 1 (interleaved under auto)";
     require(p.stages >= 2, who + " needs pipeline.stages >= 2 (it spreads each rank's work over pipeline.chunks "
                                  "stages); got " + std::to_string(p.stages));
-    require(vShape || p.microbatches % p.stages == 0,
+    require(!inRankGroups || p.microbatches % p.stages == 0,
             who + " takes micro-batches pipeline.stages at a time: pipeline.microbatches (" +
                 std::to_string(p.microbatches) + ") must be a multiple of pipeline.stages (" +
                 std::to_string(p.stages) + ")");

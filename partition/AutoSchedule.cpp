@@ -16,7 +16,7 @@ std::vector<std::string> autoCandidates(int stages, int chunks, int cuts) {
   const bool cutsForInterleaved = cuts == 0 || cuts == stages * chunks - 1;
   std::vector<const pipeline::ScheduleKind*> kinds;
   for (auto& k : pipeline::scheduleKinds()) {
-    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (!k.vShape || chunks == 2)) {
+    if (k.autoOrder >= 0 && (!k.interleaves || (chunks > 1 && cutsForInterleaved)) && (k.fixedChunks == 0 || chunks == k.fixedChunks)) {
       kinds.push_back(&k);
     }
   }

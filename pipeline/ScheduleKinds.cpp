@@ -15,15 +15,16 @@ std::deque<ScheduleKind>& table() {
     k.push_back({"zb-h1", "zero bubble: backward split into input and weight gradients", false, true, false, 1,
                  [](int p, int, int m, const ScheduleCosts* c) { return makeZeroBubbleH1(p, m, c); }});
     k.push_back({"interleaved", "interleaved 1F1B over pipeline.chunks stages per rank", true, false, false, 3,
-                 [](int p, int v, int m, const ScheduleCosts*) { return makeInterleaved1F1B(p, v, m); }});
+                 [](int p, int v, int m, const ScheduleCosts*) { return makeInterleaved1F1B(p, v, m); }, false, 0, true});
     k.push_back({"interleaved-zb", "interleaved 1F1B with zb-h1's split backward", true, true, false, 4,
-                 [](int p, int v, int m, const ScheduleCosts* c) { return makeInterleavedZeroBubble(p, v, m, c); }});
+                 [](int p, int v, int m, const ScheduleCosts* c) { return makeInterleavedZeroBubble(p, v, m, c); },
+                 false, 0, true});
     k.push_back({"zbv", "zero bubble in a V: stages r and 2p-1-r on rank r, split backward", true, true, false, 5,
                  [](int p, int v, int m, const ScheduleCosts* c) {
                    SLUICE_CHECK(v == 2, ScheduleError, "zbv places exactly 2 stages per rank (pipeline.chunks: 2), got " << v);
                    return makeZeroBubbleV(p, m, c);
                  },
-                 true});
+                 true, 2});
     return k;
   }();
   return kinds;

@@ -31,6 +31,9 @@ struct ScheduleKind {
   // ranks, chunks (1 unless interleaves), micro-batches, costs (nullptr: unit costs; ignored unless fitsStageTimes).
   std::function<Schedule(int, int, int, const ScheduleCosts*)> build;
   bool vShape = false;  // its two chunks per rank placed in a V (Placement), not a loop; any micro-batch count
+  int fixedChunks = 0;   // the stages per rank it must have (zbv: 2); 0: any (pipeline.chunks)
+  // It takes micro-batches pipeline.stages at a time: pipeline.microbatches a multiple of pipeline.stages.
+  bool microBatchesInRankGroups = false;
 };
 
 const std::deque<ScheduleKind>& scheduleKinds();  // rows keep their addresses
