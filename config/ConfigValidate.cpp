@@ -200,6 +200,7 @@ void validateChunksAndCuts(Config& c) {
   const bool autoSchedule = p.schedule.isAuto();
   const bool interleaved = !autoSchedule && p.schedule.kind().interleaves;
   const int fixedChunks = autoSchedule ? 0 : p.schedule.kind().fixedChunks;
+  const bool vShape = !autoSchedule && p.schedule.kind().vShape;
   // Under auto, chunks > 1 is for the interleaved candidates, which take micro-batches in rank groups.
   const bool inRankGroups = autoSchedule || p.schedule.kind().microBatchesInRankGroups;
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
@@ -209,7 +210,7 @@ void validateChunksAndCuts(Config& c) {
               p.schedule.name() + "'");
   require(fixedChunks == 0 || p.chunks == 0 || p.chunks == fixedChunks,
           "pipeline.schedule " + p.schedule.name() + " places exactly " + std::to_string(fixedChunks) +
-              " stages per rank" + (p.schedule.kind().vShape ? " (in a V)" : "") + ", but pipeline.chunks is " +
+              " stages per rank" + (vShape ? " (in a V)" : "") + ", but pipeline.chunks is " +
               std::to_string(p.chunks) + ": set pipeline.chunks: " + std::to_string(fixedChunks) + " or leave it out");
   if (p.chunks == 0) {
     const bool canInterleave =

@@ -64,6 +64,28 @@ int nextRank(const std::vector<int>& left, const std::vector<bool>& asleep, cons
   return r;
 }
 
+// The list scheduler of every zero-bubble schedule (zb-h1 and
+// interleaved-zb by listScheduleZeroBubble, zbv by listScheduleV; their
+// Progress holds the piece rules): the rank with the earliest clock among
+// those with pieces left and not asleep runs its next piece
+// (Progress::runNext(r, its actions): false when it cannot, and it then
+// waits for an input on its way or sleeps); after a piece every rank wakes.
+// `deadlock` names the schedule when every rank sleeps with pieces left.
+template <class Progress>
+void runListSchedule(Progress& prog, Schedule& s, const std::string& deadlock) {
+  const int p = static_cast<int>(s.actions.size());
+  for (;;) {
+    const int r = nextRank(prog.left, prog.asleep, prog.clock);
+    if (r < 0) {
+      for (int q = 0; q < p; ++q) SLUICE_CHECK(prog.left[q] == 0, ScheduleError, deadlock);
+      break;
+    }
+    if (!prog.runNext(r, s.actions[r])) continue;
+    --prog.left[r];
+    std::fill(prog.asleep.begin(), prog.asleep.end(), false);
+  }
+}
+
 // Rank r's next B and next F in its piece order (listScheduleZeroBubble),
 // whether it may run them, and when their inputs arrive (-1: not sent yet,
 // or no such piece).
@@ -76,14 +98,25 @@ struct NextPieces {
 // The zero-bubble list scheduler's progress (listScheduleZeroBubble), and
 // one rank's decision at its clock.
 struct ZeroBubbleProgress {
-  ZeroBubbleProgress(int p, int stages, int m, int total)
-      : fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1)), nextF(p, 0), nextB(p, 0),
+  ZeroBubbleProgress(const PieceOrder& order, const PieceLimits& limits, const PieceCosts& cost, double comm, int p,
+                     int stages, int m, int total)
+      : order(order), limits(limits), cost(cost), comm(comm), stages(stages), total(total),
+        fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1)), nextF(p, 0), nextB(p, 0),
         wDone(p, 0), left(p, 3 * total), clock(p, 0), asleep(p, false), pendingW(p) {}
+
+  bool runNext(int r, std::vector<Action>& out) {
+    return runNextPiece(r, nextPieces(r, order, limits, stages, total, comm), out, stages, cost);
+  }
 
   NextPieces nextPieces(int r, const PieceOrder& order, const PieceLimits& limits, int stages, int total,
                         double comm) const;
   bool runNextPiece(int r, const NextPieces& n, std::vector<Action>& out, int stages, const PieceCosts& cost);
 
+  const PieceOrder& order;
+  const PieceLimits& limits;
+  const PieceCosts& cost;
+  const double comm;
+  const int stages, total;
   // Finish times; -1: not scheduled yet.
   std::vector<std::vector<double>> fEnd, bEnd;
   std::vector<int> nextF, nextB, wDone, left;
@@ -158,21 +191,10 @@ Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, co
   const PieceLimits limits{order, caps, p, v, m};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
-  ZeroBubbleProgress prog(p, stages, m, total);
-  for (;;) {
-    const int r = nextRank(prog.left, prog.asleep, prog.clock);
-    if (r < 0) {
-      for (int q = 0; q < p; ++q) {
-        SLUICE_CHECK(prog.left[q] == 0, ScheduleError,
-                     name << ": list scheduling deadlocked (p=" << p << ", v=" << v << ", m=" << m << ")");
-      }
-      break;
-    }
-    const NextPieces n = prog.nextPieces(r, order, limits, stages, total, comm);
-    if (!prog.runNextPiece(r, n, s.actions[r], stages, cost)) continue;
-    --prog.left[r];
-    std::fill(prog.asleep.begin(), prog.asleep.end(), false);
-  }
+  ZeroBubbleProgress prog(order, limits, cost, comm, p, stages, m, total);
+  runListSchedule(prog, s,
+                  name + ": list scheduling deadlocked (p=" + std::to_string(p) + ", v=" + std::to_string(v) +
+                      ", m=" + std::to_string(m) + ")");
   return s;
 }
 
@@ -187,13 +209,22 @@ struct ReadyPieces {
 // ZBV's list scheduler's progress (listScheduleV), and one rank's decision at
 // its clock.
 struct ZbvProgress {
-  ZbvProgress(int p, int stages, int m)
-      : fEnd(stages, std::vector<double>(m, -1)), bEnd(stages, std::vector<double>(m, -1)), nextF(stages, 0),
-        nextB(stages, 0), held(p, 0), lowerHeld(p, 0), left(p, 6 * m), clock(p, 0), asleep(p, false), pendingW(p) {}
+  ZbvProgress(const PieceCosts& cost, double comm, const RankCaps* caps, int p, int stages, int m)
+      : cost(cost), comm(comm), caps(caps), p(p), stages(stages), m(m), fEnd(stages, std::vector<double>(m, -1)),
+        bEnd(stages, std::vector<double>(m, -1)), nextF(stages, 0), nextB(stages, 0), held(p, 0), lowerHeld(p, 0),
+        left(p, 6 * m), clock(p, 0), asleep(p, false), pendingW(p) {}
+
+  bool runNext(int r, std::vector<Action>& out) {
+    return runReadyPiece(r, readyPieces(r, p, m, comm, caps), out, stages, cost);
+  }
 
   ReadyPieces readyPieces(int r, int p, int m, double comm, const RankCaps* caps) const;
   bool runReadyPiece(int r, const ReadyPieces& ready, std::vector<Action>& out, int stages, const PieceCosts& cost);
 
+  const PieceCosts& cost;
+  const double comm;
+  const RankCaps* caps;
+  const int p, stages, m;
   std::vector<std::vector<double>> fEnd, bEnd;
   std::vector<int> nextF, nextB;
   std::vector<int> held, lowerHeld, left;  // pieces between F and W; of them on c0
@@ -279,21 +310,8 @@ Schedule listScheduleV(int p, int m, const ScheduleCosts* costs = nullptr, const
   Schedule s{"zbv", stages, m, std::vector<std::vector<Action>>(p), p, true};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
-  ZbvProgress prog(p, stages, m);
-  for (;;) {
-    const int r = nextRank(prog.left, prog.asleep, prog.clock);
-    if (r < 0) {
-      for (int q = 0; q < p; ++q) {
-        SLUICE_CHECK(prog.left[q] == 0, ScheduleError,
-                     "zbv: list scheduling deadlocked (p=" << p << ", m=" << m << ")");
-      }
-      break;
-    }
-    const ReadyPieces ready = prog.readyPieces(r, p, m, comm, caps);
-    if (!prog.runReadyPiece(r, ready, s.actions[r], stages, cost)) continue;
-    --prog.left[r];
-    std::fill(prog.asleep.begin(), prog.asleep.end(), false);
-  }
+  ZbvProgress prog(cost, comm, caps, p, stages, m);
+  runListSchedule(prog, s, "zbv: list scheduling deadlocked (p=" + std::to_string(p) + ", m=" + std::to_string(m) + ")");
   return s;
 }
 

@@ -314,6 +314,19 @@ TEST(Config, TheReadmeTableListsEveryKeyAndNoOther) {
   }
 }
 
+// pipeline.schedule parses into its row of the schedule table, or auto;
+// every check that asks the row's traits also runs under auto.
+TEST(Config, ScheduleParsesIntoItsRowOrAuto) {
+  const auto autoConfig = Config::fromYamlText(kValid, {"pipeline.schedule=auto"});
+  EXPECT_TRUE(autoConfig.pipeline.schedule.isAuto());
+  EXPECT_EQ(autoConfig.pipeline.schedule.name(), "auto");
+  EXPECT_THROW(autoConfig.pipeline.schedule.kind(), ScheduleError);
+  const auto zbv = Config::fromYamlText(kValid, {"pipeline.schedule=zbv"});
+  EXPECT_EQ(&zbv.pipeline.schedule.kind(), &pipeline::scheduleKind("zbv"));
+  EXPECT_EQ(zbv.pipeline.chunks, 2);
+  EXPECT_THROW(Config::fromYamlText(kValid, {"pipeline.schedule=zbv", "pipeline.chunks=3"}), ConfigError);
+}
+
 TEST(Config, CheckpointAndClusterDefaults) {
   auto c = Config::fromYamlText(kValid, {"job.output_dir=/tmp/run"});
   EXPECT_EQ(c.checkpoint.interval, 0);
