@@ -9,7 +9,7 @@
 // norm, output (absent when tied). tieEmbeddings: the output projection
 // reads tok_embeddings.weight (one parameter, read by the first and the last
 // node: on a pipeline the first and last stage each hold it and their
-// gradients are summed, Note [tied parameters] in train/TrainerImpl.h).
+// gradients are summed, Note [tied parameters] in train/RankTopology.h).
 // Buffers: the causal mask and the rotary cos/sin tables (block_size rows).
 // With dropout > 0: after the embeddings, on the attention weights and after
 // each residual branch, as the GPT model; 0 adds no dropout nodes. Written

@@ -72,7 +72,7 @@ torch::Tensor payload(caffe2::serialize::PyTorchStreamReader& zip, const std::st
                      << c10::IntArrayRef(sizes) << " at offset " << offset << "; the archive is damaged");
   // The same view of the same storage under several FQNs (tied weights: one
   // Parameter in Python) is one tensor, so Sluice ties them (Note [tied
-  // parameters] in train/TrainerImpl.h), never two leaves sharing memory.
+  // parameters] in train/RankTopology.h), never two leaves sharing memory.
   std::ostringstream key;
   key << file << "|" << c10::toString(dtype) << "|" << c10::IntArrayRef(sizes) << "|" << c10::IntArrayRef(strides)
       << "|" << offset;

@@ -20,7 +20,7 @@
 // zeros is exact), then summed in index order on every rank: the norm's bits
 // do not depend on the cuts or the schedule, so pipeline layouts keep giving
 // bitwise the 1-stage losses. A tied copy (Note [tied parameters],
-// train/TrainerImpl.h) has index -1 on all but one of its holders.
+// train/RankTopology.h) has index -1 on all but one of its holders.
 //
 // Contract: apply() runs between the step's last backward and step(); it
 // reads nothing on the host (the norm stays a device tensor: read it at a

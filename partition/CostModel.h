@@ -117,7 +117,7 @@ struct SavedStorage {
 // A parameter read by several nodes (a tied weight: the embedding and the
 // output head). NodeCost::params counts it at its first reader; every other
 // stage that reads it holds a copy too (Note [tied parameters],
-// train/TrainerImpl.h), so those stages count its bytes as well.
+// train/RankTopology.h), so those stages count its bytes as well.
 // A stage with several of a parameter's readers also holds one gradient more
 // per extra reader during backward (Note [reader gradients],
 // pipeline/RankWorker.h): counted with its static bytes.

@@ -12,7 +12,7 @@
 // per reader, each summed over the step's micro-batches, and then those
 // added in reader order. (One process would add the readers' parts per
 // micro-batch; a cut between the readers, whose gradients are then added
-// across ranks, train/TrainerImpl.h Note [tied parameters], could not, so
+// across ranks, train/RankTopology.h Note [tied parameters], could not, so
 // the sums would differ in the last bits.) With separateReaderGradients()
 // the rank's first reader of each such parameter (in model order)
 // accumulates into its .grad and every later one into a leaf of its own

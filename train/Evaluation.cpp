@@ -43,15 +43,16 @@ Evaluator::Evaluator(const Config& config, const ModelSetup& setup, const OpGrap
   const auto evalCuts = mapEvalCuts(trainGraph, evalGraph, cuts);
   auto stages = splitGraph(evalGraph, evalCuts);
   if (config.data.kind == DataKind::Tokens) {
-    auto tokens = std::make_unique<data::TokenFile>(config.data.evalPath, choiceName(tokenDtypeChoices(), config.data.tokenDtype),
-                                                    config.model.blockSize, config.model.vocabSize, config.job.seed);
+    const char* dtype = choiceName(tokenDtypeChoices(), config.data.tokenDtype);
+    auto tokens = std::make_unique<data::TokenFile>(config.data.evalPath, dtype, config.model.blockSize,
+                                                    config.model.vocabSize, config.job.seed);
     samples_ = tokens->windows();
     slice_ = [d = tokens.get()](int64_t b, int64_t e) { return d->slice(b, e); };
     data_ = std::move(tokens);
     classifier_ = false;  // one loss per window (the mean over its tokens), no accuracy
   } else {
-    auto images = std::make_unique<data::FashionMnist>(config.data.path, choiceName(evalSplitChoices(), config.data.evalSplit),
-                                                       config.job.seed);
+    const char* split = choiceName(evalSplitChoices(), config.data.evalSplit);
+    auto images = std::make_unique<data::FashionMnist>(config.data.path, split, config.job.seed);
     samples_ = images->samples();
     slice_ = [d = images.get()](int64_t b, int64_t e) { return d->slice(b, e); };
     data_ = std::move(images);

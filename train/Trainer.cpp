@@ -106,11 +106,11 @@ void TrainerImpl::buildStage() {
   connect();
   openOutputs();
   const auto schedule = rankSchedule();
-  boundaryComms_ = pipeline::boundaryCommunicators(pipelineComm_, schedule);
+  boundaryComms_ = pipeline::boundaryCommunicators(topology_.pipeline, schedule);
   buildWorkers(schedule);
   if (c_.training.evalInterval > 0) {
-    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, pipelineComm_, dpComm_,
-                                             schedule, boundaryComms_);
+    evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, topology_.pipeline,
+                                             topology_.dataParallel, schedule, boundaryComms_);
   }
   if (c_.logging.measureMemory && !hasMemoryPlan(*worker_)) {
     savedBytes_ = std::make_unique<memory::LiveSavedBytes>();
@@ -127,22 +127,13 @@ void TrainerImpl::buildStage() {
 // The pipeline and data-parallel communicators (Note [2-D layout]), one per
 // set of ranks holding tied parameters, and GPU backends (job.backend).
 void TrainerImpl::connect() {
-  pipelineComm_ = world_.split(dpRank_, stageIndex_);
-  dpComm_ = world_.split(stageIndex_, dpRank_);
-  // Tied parameters: one communicator per set of pipeline ranks holding some (Note [tied parameters]).
-  std::map<std::vector<int>, std::vector<std::string>> tiedSets;
-  for (auto& [name, ranks] : tiedRanks_) tiedSets[ranks].push_back(name);
-  for (auto& [ranks, names] : tiedSets) {
-    const bool member = std::find(ranks.begin(), ranks.end(), stageIndex_) != ranks.end();
-    auto comm = pipelineComm_.split(member ? 1 : 0, stageIndex_);
-    if (member) tied_.push_back({names, setup_.tensorsByName(names), comm});
-  }
+  topology_ = RankTopology(world_, stageIndex_, dpRank_, tiedRanks_,
+                           [this](const std::vector<std::string>& names) { return setup_.tensorsByName(names); });
   if (device_.is_cuda()) {
     // GPU tensors between ranks: NCCL (p2p channels on the pipeline, collectives
     // on the data-parallel group) or MPI with host staging (job.backend).
     const auto backend = deviceBackendFor(c_, place_, world_);
-    pipelineComm_ = pipelineComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/true);
-    dpComm_ = dpComm_.withDeviceBackend(backend, device_, /*pointToPoint=*/false);
+    topology_.useDeviceBackend(backend, device_);
     if (rank_ == 0) log::info(std::string("device tensors between ranks over ") + commBackendName(backend));
   }
 }
@@ -215,7 +206,7 @@ void TrainerImpl::buildWorkers(const pipeline::Schedule& schedule) {
   for (size_t i = 0; i < stages_.size(); ++i) {
     const auto& stage = stages_[i];
     workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
-                                                              pipelineComm_, schedule, setup_.loss, mode,
+                                                              topology_.pipeline, schedule, setup_.loss, mode,
                                                               boundaryComms_, device_));
     if (c_.pipeline.boundaryDtype == BoundaryDtype::Compute) workers.back()->setBoundaryType(setup_.computeType);
     const auto& memoryPlan = memoryPlans_[i];
@@ -263,7 +254,7 @@ void TrainerImpl::buildOptimizer() {
   o.expectedRanks = c_.pipeline.dataParallel;
   o.accumulationSteps = c_.pipeline.microbatches;  // reduce on the last micro-batch's backward
   o.readers = worker_->readersOfTrainableParameters();
-  optimizer_ = optim::makeTrainingOptimizer(o, worker_->trainableParameters(), dpComm_);
+  optimizer_ = optim::makeTrainingOptimizer(o, worker_->trainableParameters(), topology_.dataParallel);
   if (o.kind == optim::OptimizerKind::DistAdam) log::info(optimizer_->describe());
   if (c_.logging.trace) {
     worker_->setTrace(&trace_);

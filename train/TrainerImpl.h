@@ -19,6 +19,7 @@
 #include "core/GraphSplit.h"
 #include "core/OpGraph.h"
 #include "checkpoint/Checkpoint.h"
+#include "train/RankTopology.h"
 #include "train/Trainer.h"
 #include "config/Config.h"
 #include "train/Evaluation.h"
@@ -114,7 +115,8 @@ class TrainerImpl {
   CheckpointLayout layout() const;
 
   Config c_;
-  Communicator world_, pipelineComm_, dpComm_;
+  Communicator world_;
+  RankTopology topology_;  // the pipeline and data-parallel communicators, the tied groups (connect)
   int rank_ = 0, threads_ = 1, stageIndex_ = 0, dpRank_ = 0;
   c10::Device device_ = c10::Device(c10::kCPU);  // job.device: this rank's (rankDevice)
   RankPlace place_;
@@ -181,20 +183,8 @@ class TrainerImpl {
   int64_t startStep_ = 0;  // steps already done (restored from a checkpoint)
   bool stoppedEarly_ = false;
   std::vector<std::string> trainableNames_;
-  // Note [tied parameters]: a trainable parameter read by stages on several
-  // pipeline ranks (tied input and output embeddings) is held by each of
-  // them; before every update its gradient is summed over those ranks (in
-  // rank order, one all-reduce per parameter), so every copy takes the same
-  // update and stays bitwise equal. tiedRanks_: every tied parameter of the
-  // job (name, pipeline ranks); tied_: those this rank holds.
-  struct TiedGroup {
-    std::vector<std::string> names;
-    std::vector<torch::Tensor> params;
-    Communicator comm;  // the pipeline ranks that hold them
-  };
-  std::vector<std::pair<std::string, std::vector<int>>> tiedRanks_;
-  std::vector<TiedGroup> tied_;
-  void sumTiedGradients();
+  // Every tied parameter of the job (Note [tied parameters], train/RankTopology.h).
+  TiedParameters tiedRanks_;
 };
 
 }  // namespace sluice

@@ -25,7 +25,7 @@ torch::Tensor TrainerImpl::step(int64_t step, bool* skipped, torch::Tensor* grad
   if (lossScaler_) worker_->setLossScale(lossScaler_->scale());
   auto loss = worker_->runMicroBatches(micro);
   transfers::endStep();  // under logging.transfer_guard: error, throws before any update
-  sumTiedGradients();
+  topology_.sumTiedGradients();
   if (faults::nanAt(rank_, step)) {
     torch::NoGradGuard noGrad;
     for (auto& p : worker_->trainableParameters()) p.mutable_grad().fill_(NAN);
@@ -51,7 +51,7 @@ torch::Tensor TrainerImpl::step(int64_t step, bool* skipped, torch::Tensor* grad
   auto flags = finite.empty() ? torch::ones({1}, torch::kBool) : torch::stack(finite);
   if (!updateGoesAhead(step, flags, params, skipped)) return loss;
   const double optimizerStart = TraceRecorder::nowUs();
-  if (clip_) *gradNorm = clip_->apply(optimizer(), params, {&dpComm_, &pipelineComm_});
+  if (clip_) *gradNorm = clip_->apply(optimizer(), params, {&topology_.dataParallel, &topology_.pipeline});
   optimizer().step();
   trace_.add("optimizer", "compute", -1, optimizerStart, TraceRecorder::nowUs());
   return loss;
@@ -86,15 +86,6 @@ bool TrainerImpl::updateGoesAhead(int64_t step, const torch::Tensor& flags, cons
     optim::scaleGradients(optimizer(), params, torch::scalar_tensor(verdict.unscale, torch::kFloat).to(device_));
   }
   return true;
-}
-
-void TrainerImpl::sumTiedGradients() {
-  for (auto& group : tied_) {
-    for (auto& p : group.params) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // this rank's readers gave it none
-      group.comm.allReduce(p.mutable_grad(), ReduceOp::Sum);
-    }
-  }
 }
 
 void TrainerImpl::checkNonFinite() {
@@ -156,7 +147,7 @@ void TrainerImpl::flushLogPoint(std::vector<StepRecord>& pending, const std::vec
   std::vector<torch::Tensor> losses;
   for (auto& r : pending) losses.push_back(r.loss);
   auto stacked = torch::stack(losses).contiguous();
-  if (dp > 1) dpComm_.allReduce(stacked, ReduceOp::Average);
+  if (dp > 1) topology_.dataParallel.allReduce(stacked, ReduceOp::Average);
   auto perRank = all.view({world_.size(), static_cast<int64_t>(peaks.size())});
   for (size_t i = 0; i < pending.size(); ++i) {
     pending[i].loss = stacked[i];
@@ -192,7 +183,7 @@ void TrainerImpl::syncBuffers() {
     }
   }
   torch::NoGradGuard noGrad;
-  for (auto& b : *syncedBuffers_) dpComm_.broadcast(b, 0);
+  for (auto& b : *syncedBuffers_) topology_.dataParallel.broadcast(b, 0);
 }
 
 }  // namespace sluice

@@ -336,7 +336,7 @@ TEST(Partitioner, GivenCutsNameTheirSmallestBudget) {
 }
 
 // A weight read on both stages counts on both (the last stage holds a copy:
-// Note [tied parameters], train/TrainerImpl.h), and only once on a stage that
+// Note [tied parameters], train/RankTopology.h), and only once on a stage that
 // reads it twice.
 TEST(Partitioner, ATiedWeightCountsOnEveryStageThatReadsIt) {
   Problem p;
