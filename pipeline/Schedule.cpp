@@ -135,7 +135,9 @@ Schedule makeSchedule(const std::string& name, int stages, int microBatches, int
   SLUICE_CHECK(kind.interleaves || chunks == 1, ScheduleError,
                "schedule '" << name << "' runs one stage per rank; only the interleaved schedules take " << chunks
                             << " chunks");
-  return kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);
+  auto schedule = kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);
+  schedule.name = kind.name;  // the row names it (a builder's own name is for calling it directly)
+  return schedule;
 }
 
 bool splitsBackward(const Schedule& schedule) {

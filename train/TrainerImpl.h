@@ -89,9 +89,6 @@ class TrainerImpl {
   RankPrediction reportPrediction() const;
   void reportMemory(const RankPrediction& prediction, int64_t resident);
   void reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident);
-  // Rank 0's tables from reportRankTables' gather (a row per rank).
-  std::string rankComputeTable(const torch::Tensor& perRank) const;
-  std::string rankMemoryTable(const torch::Tensor& perRank) const;
   void reportUtilisation();
   void freeOtherStagesTensors();
   std::vector<pipeline::MicroBatch> microBatchesFor(int64_t step) const;

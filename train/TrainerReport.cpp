@@ -17,6 +17,7 @@
 #include "core/TransferGuard.h"
 #include "train/Planning.h"
 #include "telemetry/Timeline.h"
+#include "train/RunReport.h"
 #include "train/TrainerImpl.h"
 #include "memory/DeviceMemory.h"
 #include "partition/Timing.h"
@@ -45,17 +46,6 @@ std::string transferLine(const TransferCounts& start, const TransferCounts& now,
                 per(start.copiesByScope[3], now.copiesByScope[3]), per(start.copiesByScope[4], now.copiesByScope[4]),
                 static_cast<long long>(now.roundTrips - start.roundTrips));
   return buf;
-}
-
-// The per-rank tables' columns (TrainerImpl::reportRankTables): stage, model
-// peak measured and predicted, resident peak, compute per micro-batch
-// measured and predicted (us).
-constexpr int kRankColumns = 6;
-
-// How far a measurement is from its prediction, in whole percent ("-" without a prediction).
-std::string percentOff(double meas, double pred) {
-  return pred > 0 ? std::to_string(static_cast<int>(std::lround(100.0 * (meas - pred) / pred))) + "%"
-                  : std::string("-");
 }
 
 }  // namespace
@@ -242,63 +232,19 @@ void TrainerImpl::reportRankTables(double measuredCompute, const RankPrediction&
                              static_cast<int64_t>(std::llround(1e6 * measuredCompute)),
                              static_cast<int64_t>(std::llround(1e6 * predictedCompute))},
                             torch::kInt64);
-  auto all = torch::zeros({kRankColumns * world_.size()}, torch::kInt64);
+  auto all = torch::zeros({kRankReportColumns * world_.size()}, torch::kInt64);
   world_.allGather(mine, all);
-  if (rank_ == 0 && plan_) log::info(rankComputeTable(all.view({world_.size(), kRankColumns})));
-  if (rank_ == 0) log::info(rankMemoryTable(all.view({world_.size(), kRankColumns})));
-}
-
-// Rank 0's compute table: per rank (a row of reportRankTables' gather), the
-// compute per micro-batch measured and predicted.
-std::string TrainerImpl::rankComputeTable(const torch::Tensor& a) const {
-  char buf[200];
-  // What the cost model's stage times are checked against (issue: within 10%).
-  std::ostringstream os;
-  os << "compute per micro-batch per rank (forward + backward + loss, median over the steps after " << warmSteps_
-     << " warm-up steps; predicted: the plan's cost model, with recompute, swap stall and refill after waits)\n";
-  std::snprintf(buf, sizeof(buf), "%5s %6s %12s %12s %8s\n", "rank", "stage", "measured ms", "predicted ms", "error");
-  os << buf;
-  for (int r = 0; r < world_.size(); ++r) {
-    const double meas = a[r][4].item<int64_t>() / 1e3, pred = a[r][5].item<int64_t>() / 1e3;
-    std::snprintf(buf, sizeof(buf), "%5d %6lld %12.3f %12.3f %8s\n", r, static_cast<long long>(a[r][0].item<int64_t>()),
-                  meas, pred, percentOff(meas, pred).c_str());
-    os << buf;
+  if (rank_ != 0) return;
+  std::vector<RankReportRow> rows(static_cast<size_t>(world_.size()));
+  const auto* v = all.data_ptr<int64_t>();
+  for (auto& row : rows) {
+    row = {v[0], v[1], v[2], v[3], v[4], v[5]};
+    v += kRankReportColumns;
   }
-  // Which term is off, and why (issue: compute within 5%, or say so): the
-  // profile runs at most one rank per core; ranks that time-share cores
-  // compute longer whenever several compute at once.
-  const int cores = hardwareCores(), wanted = place_.localSize * threads_;
-  if (wanted > cores && device_.is_cpu()) {
-    char line[400];
-    std::snprintf(line, sizeof(line),
-                  "compute: this host runs %d ranks x %d threads on %d cores, so ranks that compute at the same "
-                  "moment share cores, which the profile's ranks did not: compute runs longer than predicted, up "
-                  "to %.2fx; the prediction holds with a core per rank thread\n",
-                  place_.localSize, threads_, cores, static_cast<double>(wanted) / cores);
-    os << line;
+  if (plan_) {
+    log::info(rankComputeTable(rows, {warmSteps_, place_.localSize, threads_, hardwareCores(), device_.is_cpu()}));
   }
-  return os.str();
-}
-
-// Rank 0's memory table: per rank (a row of reportRankTables' gather), the
-// model's peak measured and predicted, and the resident peak.
-std::string TrainerImpl::rankMemoryTable(const torch::Tensor& a) const {
-  char buf[200];
-  std::ostringstream os;
-  os << "memory per rank (model peak: counting allocator, less " << formatBytes(otherBytes_)
-     << " outside the model on rank 0)\n";
-  std::snprintf(buf, sizeof(buf), "%5s %6s %14s %14s %8s %14s\n", "rank", "stage", "measured", "predicted", "error",
-                "resident");
-  os << buf;
-  for (int r = 0; r < world_.size(); ++r) {
-    const int64_t meas = a[r][1].item<int64_t>(), pred = a[r][2].item<int64_t>();
-    const std::string err = percentOff(static_cast<double>(meas), static_cast<double>(pred));
-    std::snprintf(buf, sizeof(buf), "%5d %6lld %14s %14s %8s %14s\n", r, static_cast<long long>(a[r][0].item<int64_t>()),
-                  formatBytes(meas).c_str(), pred > 0 ? formatBytes(pred).c_str() : "-", err.c_str(),
-                  formatBytes(a[r][3].item<int64_t>()).c_str());
-    os << buf;
-  }
-  return os.str();
+  log::info(rankMemoryTable(rows, otherBytes_));
 }
 
 // The model's work per step against what the ranks' matrix products reach
