@@ -221,9 +221,7 @@ class KeyReader {
         if (n == row.name) return row.kind;
         names.push_back(row.name);
       }
-      std::string list;
-      for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-      throw ConfigError("config error: " + key + " must be " + list + note + ", got '" + n + "'");
+      throw ConfigError("config error: " + key + " must be " + joinedWithOr(names) + note + ", got '" + n + "'");
     });
   }
   template <class F>

@@ -39,10 +39,10 @@ const std::vector<Choice<ExecMode>>& executionChoices() {
 pipeline::ScheduleChoice parseScheduleSetting(const std::string& name) {
   if (name == "auto") return pipeline::ScheduleChoice::automatic();
   if (const auto* kind = pipeline::findScheduleKind(name)) return pipeline::ScheduleChoice::of(*kind);
-  std::string names;
-  for (const auto& k : pipeline::scheduleKinds()) names += k.name + ", ";
-  throw ConfigError("config error: pipeline.schedule must be " + names.substr(0, names.size() - 2) + " or auto, got '" +
-                    name + "'");
+  std::vector<std::string> names;
+  for (const auto& k : pipeline::scheduleKinds()) names.push_back(k.name);
+  names.push_back("auto");
+  throw ConfigError("config error: pipeline.schedule must be " + joinedWithOr(names) + ", got '" + name + "'");
 }
 
 const std::vector<Choice<LossKind>>& lossChoices() {

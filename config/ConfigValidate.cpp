@@ -183,13 +183,14 @@ void validateBatches(Config& c) {
   }
 }
 
-// The schedules that put several stages on a rank: "interleaved, interleaved-zb, zbv".
-std::string interleavingSchedules() {
-  std::string names;
+// The schedules that put several stages on a rank, or auto: "interleaved, interleaved-zb, zbv or auto".
+std::string interleavingSchedulesOrAuto() {
+  std::vector<std::string> names;
   for (const auto& k : pipeline::scheduleKinds()) {
-    if (k.interleaves) names += (names.empty() ? "" : ", ") + k.name;
+    if (k.interleaves) names.push_back(k.name);
   }
-  return names;
+  names.push_back("auto");
+  return joinedWithOr(names);
 }
 
 void validateChunksAndCuts(Config& c) {
@@ -206,7 +207,7 @@ void validateChunksAndCuts(Config& c) {
   require(p.chunks >= 0, "pipeline.chunks must be >= 1 (or 0 for the default), got " + std::to_string(p.chunks));
   require(p.chunks <= 1 || interleaved || autoSchedule,
           "pipeline.chunks = " + std::to_string(p.chunks) +
-              " (stages per rank) needs pipeline.schedule: " + interleavingSchedules() + " or auto, got '" +
+              " (stages per rank) needs pipeline.schedule: " + interleavingSchedulesOrAuto() + ", got '" +
               p.schedule.name() + "'");
   require(fixedChunks == 0 || p.chunks == 0 || p.chunks == fixedChunks,
           "pipeline.schedule " + p.schedule.name() + " places exactly " + std::to_string(fixedChunks) +

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config/models/Specs.h"
+#include "core/Choice.h"
 #include "core/Error.h"
 
 namespace sluice {
@@ -15,15 +16,6 @@ std::deque<ModelSpec>& table() {
                                        modelspecs::cnn(),         modelspecs::torchScript(),
                                        modelspecs::exported()};
   return rows;
-}
-
-// "a, b or c"
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  }
-  return out;
 }
 
 }  // namespace
@@ -58,7 +50,7 @@ std::string modelNamesWhere(bool ModelSpec::*trait) {
   for (const auto& row : table()) {
     if (row.*trait) names.push_back(row.name);
   }
-  return joined(names);
+  return joinedWithOr(names);
 }
 
 std::string modelNamesReading(const std::string& key) {
@@ -66,7 +58,7 @@ std::string modelNamesReading(const std::string& key) {
   for (const auto& row : table()) {
     if (row.reads(key)) names.push_back(row.name);
   }
-  return joined(names);
+  return joinedWithOr(names);
 }
 
 }  // namespace sluice

@@ -22,6 +22,13 @@ struct Choice {
   bool listed = true;  // false: a test-only row, parsed but not listed in README's tables (configChoiceNames)
 };
 
+// "a, b or c": names as a sentence lists them (error messages that name the choices).
+inline std::string joinedWithOr(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
 // "cpu | cuda" (the listed rows)
 template <class Kind>
 std::string choiceNames(const std::vector<Choice<Kind>>& table) {

@@ -39,16 +39,22 @@ SOURCE_FOLDERS = ["core", "memory", "optim", "pipeline", "partition", "models", 
                   "checkpoint", "train", "cli"]
 
 
-def read_table(source):
-    """unit -> (file patterns, allowed units), from docs/architecture.md."""
+def architecture_section(source, title):
+    """The text of docs/architecture.md's `## title` section (None when there is none), and the file's path."""
     path = os.path.join(source, "docs", "architecture.md")
     with open(path) as f:
         text = f.read()
-    section = re.search(r"^## Folders and dependencies\n(.*?)(?=^## )", text, re.S | re.M)
-    if not section:
+    section = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.S | re.M)
+    return (section.group(1) if section else None), path
+
+
+def read_table(source):
+    """unit -> (file patterns, allowed units), from docs/architecture.md."""
+    section, path = architecture_section(source, "Folders and dependencies")
+    if section is None:
         sys.exit(f"{path}: no '## Folders and dependencies' section")
     units = {}
-    for line in section.group(1).splitlines():
+    for line in section.splitlines():
         m = re.match(r"^\| `([a-z_]+)` \|(.*?)\|(.*?)\|", line)
         if not m:
             continue
@@ -144,15 +150,12 @@ def check_sizes(source, findings):
 
 
 def check_notes(source, findings):
-    path = os.path.join(source, "docs", "architecture.md")
-    with open(path) as f:
-        text = f.read()
-    section = re.search(r"^## Notes index\n(.*?)(?=^## )", text, re.S | re.M)
-    if not section:
+    section, path = architecture_section(source, "Notes index")
+    if section is None:
         findings.append(f"{path}: no '## Notes index' section")
         return
     index = {}
-    for line in section.group(1).splitlines():
+    for line in section.splitlines():
         m = re.match(r"^\| (.+?) \| (\S+) \|$", line)
         if m and m.group(1) not in ("Note", "---"):
             index[m.group(1)] = m.group(2)
