@@ -40,16 +40,16 @@ std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
   SLUICE_CHECK(s.ranks > 0 || given > 1, ConfigError,
                "sluice: simulate --stage-times with one F,B,W for every stage needs --ranks P");
   const std::string schedule = s.schedule.empty() ? "auto" : s.schedule;
-  std::vector<std::string> names{schedule};
-  if (schedule == "auto") names = partition::autoCandidates(ranks, chunks, 0);
-  SLUICE_CHECK(schedule == "auto" || pipeline::findScheduleKind(schedule), ConfigError,
+  const auto* named = pipeline::findScheduleKind(schedule);
+  SLUICE_CHECK(schedule == "auto" || named, ConfigError,
                "sluice: simulate --schedule: '" << schedule << "' is no schedule (auto, " << namesOf() << ")");
+  const auto kinds = named ? std::vector<const pipeline::ScheduleKind*>{named} : partition::autoCandidates(ranks, chunks, 0);
   std::vector<SimulatedSchedule> out;
-  for (const auto& name : names) {
-    const bool interleaves = pipeline::interleavesStages(name);
+  for (const auto* kind : kinds) {
+    const bool interleaves = kind->interleaves;
     const int stages = ranks * (interleaves ? chunks : 1);
     SimulationInput in;
-    in.schedule = name;
+    in.schedule = kind;
     in.ranks = ranks;
     in.chunks = interleaves ? chunks : 1;
     in.microBatches = s.microBatches;
@@ -109,8 +109,7 @@ SimulationInput inputOfPlan(const partition::Plan& plan, const Config& config, d
   in.refill = plan.refillCosts();
   in.fit = config.pipeline.fitSchedule;
   in.budgetBytes = plan.budgetBytes;
-  const auto* kind = pipeline::findScheduleKind(plan.schedule);
-  const pipeline::Placement placement{in.ranks, plan.chunks, kind && kind->vShape};
+  const auto placement = pipeline::placementOf(*plan.schedule, in.ranks, plan.chunks);
   int64_t mostParams = 0;
   for (int r = 0; r < in.ranks; ++r) {
     int64_t peak = 0, params = 0;
@@ -143,24 +142,25 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
   auto settings = planSettings(config);
   const double collective = s.collectiveGBps > 0 ? s.collectiveGBps * 1e9 : profile.machine.p2pBandwidth;
   const auto& cuts = config.pipeline.cuts;
-  std::vector<std::string> names{settings.schedule};
-  if (settings.schedule == "auto") names = partition::autoCandidates(settings.stages, settings.chunks, static_cast<int>(cuts.size()));
+  const auto kinds = settings.schedule.isAuto()
+                         ? partition::autoCandidates(settings.stages, settings.chunks, static_cast<int>(cuts.size()))
+                         : std::vector<const pipeline::ScheduleKind*>{&settings.schedule.kind()};
   std::vector<SimulatedSchedule> out;
-  for (const auto& name : names) {
-    const int chunks = pipeline::interleavesStages(name) ? settings.chunks : 1;
-    std::cerr << "sluice: planning " << name << " for " << settings.stages << " ranks x " << chunks
+  for (const auto* kind : kinds) {
+    const int chunks = kind->interleaves ? settings.chunks : 1;
+    std::cerr << "sluice: planning " << kind->name << " for " << settings.stages << " ranks x " << chunks
               << " stages, " << settings.microBatches << " micro-batches (" << graph.numNodes() << " nodes) ..."
               << std::flush;
     const auto t0 = Clock::now();
     auto st = settings;
-    st.schedule = name;
+    st.schedule = pipeline::ScheduleChoice::of(*kind);
     try {
       const auto plan = partition::makePlanFor(graph, profile, st, cuts);
       std::cerr << " " << secondsSince(t0) << " s" << std::endl;
       out.push_back(simulateSchedule(inputOfPlan(plan, config, collective)));
     } catch (const PlanError& e) {
       std::cerr << " does not fit" << std::endl;
-      out.push_back(failedSchedule(name, chunks, e.what()));
+      out.push_back(failedSchedule(*kind, chunks, e.what()));
     }
   }
   return out;

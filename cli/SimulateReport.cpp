@@ -59,16 +59,17 @@ SimulatedSchedule simulateSchedule(const SimulationInput& in) {
   SimulatedSchedule out;
   out.input = in;
   try {
-    const auto& kind = pipeline::scheduleKind(in.schedule);
+    SLUICE_CHECK(in.schedule, ScheduleError, "simulate: no schedule given");
+    const auto& kind = *in.schedule;
     const int stages = in.ranks * (kind.interleaves ? in.chunks : 1);
     SLUICE_CHECK(static_cast<int>(in.costs.times.size()) == stages, ScheduleError,
-                 pipeline::scheduleLabel(in.schedule, in.chunks) << " on " << in.ranks << " ranks has " << stages << " stages, but "
+                 pipeline::scheduleLabel(kind, in.chunks) << " on " << in.ranks << " ranks has " << stages << " stages, but "
                                                << in.costs.times.size() << " stage times were given");
     const int chunks = kind.interleaves ? in.chunks : 1;
-    out.schedule = pipeline::makeSchedule(in.schedule, in.ranks, in.microBatches, chunks, in.fit ? &in.costs : nullptr);
+    out.schedule = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, in.fit ? &in.costs : nullptr);
     out.sim = pipeline::simulateStepWithRefill(out.schedule, in.costs.times, in.costs.comm, in.refill);
     if (in.fit && kind.fitsStageTimes) {
-      const auto unit = pipeline::makeSchedule(in.schedule, in.ranks, in.microBatches, chunks, nullptr);
+      const auto unit = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, nullptr);
       out.unitStepTime = pipeline::simulateStepWithRefill(unit, in.costs.times, in.costs.comm, in.refill).stepTime;
     }
     out.peakMicroBatches = pipeline::peakActivationMicroBatches(out.schedule);
@@ -78,9 +79,9 @@ SimulatedSchedule simulateSchedule(const SimulationInput& in) {
   return out;
 }
 
-SimulatedSchedule failedSchedule(const std::string& schedule, int chunks, const std::string& why) {
+SimulatedSchedule failedSchedule(const pipeline::ScheduleKind& schedule, int chunks, const std::string& why) {
   SimulatedSchedule out;
-  out.input.schedule = schedule;
+  out.input.schedule = &schedule;
   out.input.chunks = chunks;
   out.failure = why;
   return out;
@@ -101,7 +102,7 @@ std::string simulationTable(const std::vector<SimulatedSchedule>& all) {
                 "unit order ms", "peak act (mb)", "peak MiB");
   os << line;
   for (const auto& s : all) {
-    const std::string name = pipeline::scheduleLabel(s.input.schedule, s.input.chunks);
+    const std::string name = pipeline::scheduleLabel(*s.input.schedule, s.input.chunks);
     if (!s.failure.empty()) {
       std::snprintf(line, sizeof(line), "%-18s %12s\n", name.c_str(), "-");
       os << line;
@@ -116,7 +117,7 @@ std::string simulationTable(const std::vector<SimulatedSchedule>& all) {
     os << line;
   }
   if (const auto* best = fastest(all)) {
-    os << "fastest: " << pipeline::scheduleLabel(best->input.schedule, best->input.chunks) << ", " << ms(best->stepTime())
+    os << "fastest: " << pipeline::scheduleLabel(*best->input.schedule, best->input.chunks) << ", " << ms(best->stepTime())
        << " ms per step\n";
   }
   if (failures.tellp() > 0) os << "not simulated:\n" << failures.str();
@@ -127,7 +128,7 @@ std::string simulationDetail(const SimulatedSchedule& s) {
   std::ostringstream os;
   char line[256];
   const auto& in = s.input;
-  os << pipeline::scheduleLabel(in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
+  os << pipeline::scheduleLabel(*in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
      << s.schedule.placement().describe() << "), messages " << ms(in.costs.comm) << " ms";
   if (in.optimizerSeconds > 0) os << ", DistAdam's collectives " << ms(in.optimizerSeconds) << " ms after the pipeline";
   os << ":\n";

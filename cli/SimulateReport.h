@@ -24,12 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/ScheduleKinds.h"
 #include "pipeline/ScheduleSimulation.h"
 
 namespace sluice {
 
 struct SimulationInput {
-  std::string schedule;  // a kind of ScheduleKinds.h
+  const pipeline::ScheduleKind* schedule = nullptr;  // a row of ScheduleKinds.h
   int ranks = 1, chunks = 1, microBatches = 1;
   pipeline::ScheduleCosts costs;  // one StageTimes per stage (ranks x chunks), seconds
   pipeline::RefillCosts refill;
@@ -53,7 +54,7 @@ struct SimulatedSchedule {
 // (ScheduleError) comes back with its failure.
 SimulatedSchedule simulateSchedule(const SimulationInput& input);
 // A candidate that was not simulated (its plan does not fit, ...).
-SimulatedSchedule failedSchedule(const std::string& schedule, int chunks, const std::string& why);
+SimulatedSchedule failedSchedule(const pipeline::ScheduleKind& schedule, int chunks, const std::string& why);
 
 // The fastest simulated schedule (ties: the earlier); null when none was.
 const SimulatedSchedule* fastest(const std::vector<SimulatedSchedule>& all);

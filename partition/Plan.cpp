@@ -39,6 +39,12 @@ std::optional<pipeline::ScheduleCosts> Plan::scheduleCosts() const {
   return costs;
 }
 
+pipeline::Schedule Plan::runSchedule(bool fit) const {
+  const auto costs = fit ? scheduleCosts() : std::nullopt;
+  return pipeline::makeSchedule(*schedule, static_cast<int>(stages.size()) / chunks, microBatches, chunks,
+                                costs ? &*costs : nullptr);
+}
+
 pipeline::RefillCosts Plan::refillCosts() const {
   pipeline::RefillCosts refill;
   if (refillWaitSeconds <= 0) return refill;
@@ -136,7 +142,7 @@ Partition refineForSchedule(const OpGraph& graph, const Profile& profile, const 
   double best = simulatedStepTime(st, profile, part, p);
   StageMemo memo;  // a candidate moves one cut: the other stages are as before
   for (int round = 0; round < 256; ++round) {  // each round but the last improves the step
-    if (st.progress) st.progress("refining cuts for " + st.schedule + ", round " + std::to_string(round + 1));
+    if (st.progress) st.progress("refining cuts for " + st.schedule.name() + ", round " + std::to_string(round + 1));
     bool improved = false;
     for (size_t k = 0; k < part.cuts.size(); ++k) {
       for (int step = 1; step <= 2 * kRefineReach; ++step) {
@@ -196,7 +202,7 @@ std::optional<LayerAligned> layerAligned(const OpGraph& graph, const Profile& pr
   }
   Problem layered = p;
   for (int c = 1; c < p.numNodes(); ++c) layered.validCut[c] = p.validCut[c] && onBoundary[c];
-  if (st.progress) st.progress("cuts between layers for " + st.schedule);
+  if (st.progress) st.progress("cuts between layers for " + st.schedule.name());
   try {
     auto aligned = refineForSchedule(graph, profile, st, layered, partitionFor(graph, profile, st, layered, nullptr));
     const double op = predictedStep(st, profile, opLevel, p), layer = predictedStep(st, profile, aligned, p);
@@ -223,7 +229,7 @@ void widenRankWindow(Plan& plan, const PlanSettings& st) {
   for (const auto& s : plan.stages) extra = std::min(extra, st.budgetBytes - s.rankPeakBytes);
   if (extra <= 0) return;
   plan.swapWindowBytes += extra;
-  const auto placement = pipeline::placementOf(st.schedule, st.stages, st.chunks);
+  const auto placement = pipeline::placementOf(st.schedule.kind(), st.stages, st.chunks);
   for (int rank = 0; rank < st.stages; ++rank) {
     bool swaps = false;
     for (int k : placement.stagesOf(rank)) swaps = swaps || plan.stages.at(k).windowBytes > 0;
@@ -245,7 +251,7 @@ template <typename PlanOf>
 std::optional<Plan> relaxedPlan(const PlanSettings& st, const Problem& problem, int64_t rankBudget, PlanOf& planOf) {
   for (double relax : kRelaxedShares) {
     if (relax > st.chunks) continue;
-    if (st.progress) st.progress(st.schedule + " with relaxed shares, " + std::to_string(relax).substr(0, 4) + "x");
+    if (st.progress) st.progress(st.schedule.name() + " with relaxed shares, " + std::to_string(relax).substr(0, 4) + "x");
     Problem q = problem;
     q.budgetBytes = static_cast<int64_t>(relax * static_cast<double>(rankBudget) / st.chunks);
     q.rankBudgetBytes = rankBudget;
@@ -273,7 +279,7 @@ PlanError rankBudgetError(const PlanSettings& st, const Problem& problem, const 
   const int64_t share = minimalBudget(problem);
   if (share <= 0) return equalError;
   const int64_t equalBudget = share * st.chunks;
-  if (st.progress) st.progress(st.schedule + ": the smallest budget each rank's stages meet together");
+  if (st.progress) st.progress(st.schedule.name() + ": the smallest budget each rank's stages meet together");
   int64_t lo = share, hi = equalBudget;
   const int64_t step = std::max<int64_t>(equalBudget / 100, 1 << 10);
   while (hi - lo > step) {
@@ -317,7 +323,7 @@ Plan withRankBudget(const PlanSettings& st, const Problem& problem, bool givenCu
   if (!relaxable) return planOf(problem);
   std::optional<Plan> best;
   std::optional<PlanError> equalError;  // naming the smallest budget equal shares fit, thrown if nothing fits
-  if (st.progress) st.progress(st.schedule + " with an equal share of the budget per stage");
+  if (st.progress) st.progress(st.schedule.name() + " with an equal share of the budget per stage");
   try {
     best = planOf(problem);
   } catch (const PlanError& e) {

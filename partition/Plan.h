@@ -35,6 +35,7 @@
 #include "partition/PartitionMethod.h"
 #include "partition/Partitioner.h"
 #include "partition/Profile.h"
+#include "pipeline/ScheduleKinds.h"
 #include "pipeline/ScheduleSimulation.h"
 
 namespace sluice::partition {
@@ -47,7 +48,9 @@ struct PlanSettings {
   double minOpLevelGain = 0.03;
   int stages = 1;
   int microBatches = 1;
-  std::string schedule = "1f1b";   // a row of pipeline/ScheduleKinds.h's table
+  // A row of pipeline/ScheduleKinds.h's table; auto only for makePlanFor
+  // (AutoSchedule.h), which plans each candidate row.
+  pipeline::ScheduleChoice schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind("1f1b"));
   bool fitSchedule = true;         // zb-h1, interleaved-zb: fitted to the stage times (pipeline::ScheduleCosts)
   int chunks = 1;                  // stages per rank (interleaved): the graph is cut into stages x chunks pieces,
                                    // each held to budgetBytes / chunks so that a rank's pieces fit budgetBytes
@@ -92,7 +95,10 @@ struct TensorDecision {
 };
 
 struct Plan {
-  std::string graphHash, schedule, profileBlas;
+  std::string graphHash, profileBlas;
+  // The schedule it was planned for: a row of pipeline/ScheduleKinds.h's
+  // table (the file holds its name; load() refuses a name that is no row).
+  const pipeline::ScheduleKind* schedule = &pipeline::scheduleKind("1f1b");
   PartitionMethod method = PartitionMethod::Profile;
   memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;
   int64_t swapWindowBytes = 0;
@@ -109,6 +115,10 @@ struct Plan {
   double opLevelStepTime = 0, minOpLevelGain = 0;
   // The wait after which the stages' refill shares apply in full (0: none measured).
   double refillWaitSeconds = 0;
+  // The schedule training runs when it runs this plan's: its row on the
+  // plan's stages, micro-batches and chunks, fitted to scheduleCosts() when
+  // there are any (and `fit`: pipeline.fit_schedule), as its prediction was.
+  pipeline::Schedule runSchedule(bool fit) const;
   // What the step is simulated on under any schedule (`sluice simulate`):
   // each stage's forward, backward, input- and weight-gradient backward and
   // the one-way message time. Set by makePlan and planForCuts; not saved.

@@ -10,6 +10,7 @@
 //   PlanFile.cpp    the plan.proto round trip;  PlanTable.cpp  `plan show`.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,11 @@ namespace sluice::partition {
 // read after it (the block's output is the checkpoint) is recomputed.
 std::vector<std::pair<int, Action>> fullRecomputeChoices(const OpGraph& graph, const Profile& profile,
                                                          const Problem& p, int first, int end);
+
+// The schedule the settings name (a row; ScheduleError under auto), fitted
+// to `costs` when there are any: the one place the planner makes a Schedule
+// (training makes the same from the plan: Plan::runSchedule).
+pipeline::Schedule scheduleFor(const PlanSettings& st, const std::optional<pipeline::ScheduleCosts>& costs = std::nullopt);
 
 // A partition's predicted step time and each stage's refill per micro-batch.
 struct Prediction {

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/Choice.h"
 #include "core/Error.h"
 #include "core/Files.h"
 #include "sluice_plan.pb.h"
@@ -108,7 +109,7 @@ std::string Plan::toBytes() const {
   p.set_format(kFormat);
   p.set_graph_hash(graphHash);
   p.set_method(partitionMethodName(method));
-  p.set_schedule(schedule);
+  p.set_schedule(schedule->name);
   p.set_microbatches(microBatches);
   p.set_chunks(chunks);
   p.set_micro_batch_size(microBatchSize);
@@ -142,7 +143,10 @@ Plan Plan::fromBytes(const std::string& bytes, const std::string& origin) {
                        << kFormat << "'): make it again with `sluice profile` and `sluice partition`");
   Plan out;
   out.graphHash = p.graph_hash();
-  out.schedule = p.schedule();
+  out.schedule = pipeline::findScheduleKind(p.schedule());
+  SLUICE_CHECK(out.schedule, PlanError,
+               "plan " << origin << " is for schedule '" << p.schedule() << "', which this Sluice does not have ("
+                       << joinedWithOr(pipeline::scheduleNames()) << "): make it again with `sluice partition`");
   out.microBatches = p.microbatches();
   out.chunks = std::max(1, p.chunks());
   out.microBatchSize = p.micro_batch_size();

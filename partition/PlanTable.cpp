@@ -11,8 +11,7 @@ namespace sluice::partition {
 // Which rank hosts which stage, in words (several stages per rank).
 std::string Plan::placementText() const {
   const int ranks = static_cast<int>(stages.size()) / std::max(1, chunks);
-  const auto* kind = pipeline::findScheduleKind(schedule);
-  return pipeline::Placement{ranks, chunks, kind && kind->vShape}.describe();
+  return pipeline::placementOf(*schedule, ranks, chunks).describe();
 }
 
 // Several stages per rank: each rank's peak, its stages together (Note [rank budget], Plan.cpp).
@@ -20,8 +19,7 @@ std::string Plan::rankPeaksText() const {
   if (chunks <= 1 || stages.empty() || stages.front().rankPeakBytes <= 0) return "";
   std::ostringstream os;
   const int ranks = static_cast<int>(stages.size()) / chunks;
-  const auto* kind = pipeline::findScheduleKind(schedule);
-  const pipeline::Placement placement{ranks, chunks, kind && kind->vShape};
+  const auto placement = pipeline::placementOf(*schedule, ranks, chunks);
   for (int r = 0; r < ranks; ++r) {
     std::string list;
     for (int k : placement.stagesOf(r)) list += (list.empty() ? "" : ", ") + std::to_string(k);
@@ -40,7 +38,7 @@ std::string mib(int64_t b) { return formatBytes(b); }
 void writeTitle(const Plan& plan, std::ostringstream& os) {
   char buf[400];
   const std::string schedule =
-      plan.schedule + (plan.scheduleCosts() ? " fitted to the stage times" : "") +
+      plan.schedule->name + (plan.scheduleCosts() ? " fitted to the stage times" : "") +
       (plan.chunks > 1 ? " (" + std::to_string(plan.chunks) + " stages per rank, " + plan.placementText() + ")" : "");
   const std::string budget =
       plan.budgetBytes > 0 ? mib(plan.budgetBytes) + (plan.chunks > 1 ? " per rank, its stages together" : " per stage")

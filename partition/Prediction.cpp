@@ -76,8 +76,7 @@ Prediction predict(const PlanSettings& st, const Profile& profile, const Partiti
     return out;
   }
   const auto costs = scheduleCostsOf(profile, part, p);
-  const auto schedule =
-      pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, st.fitSchedule ? &costs : nullptr);
+  const auto schedule = scheduleFor(st, st.fitSchedule ? std::optional(costs) : std::nullopt);
   const auto sim = pipeline::simulateStepWithRefill(schedule, costs.times, costs.comm, refill);
   for (size_t k = 0; k < out.refill.size() && k < sim.refillSeconds.size(); ++k) {
     out.refill[k] = sim.refillSeconds[k] / st.microBatches;
@@ -190,15 +189,10 @@ std::vector<int64_t> rankMemory(const pipeline::Schedule& schedule, const Partit
   return out;
 }
 
-// The schedule training runs: fitted to `costs` when there are any.
-pipeline::Schedule scheduleFor(const PlanSettings& st, const std::optional<pipeline::ScheduleCosts>& costs) {
-  return pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
-}
-
 // The schedule costs training fits its schedule to (recorded in the plan); none for unfitted schedules.
 std::optional<pipeline::ScheduleCosts> fittedCosts(const PlanSettings& st, const Profile& profile, const Partition& part,
                                                    const Problem& p) {
-  if (p.inFlightPerStage.empty() || !st.fitSchedule || !pipeline::fitsToStageTimes(st.schedule)) return std::nullopt;
+  if (p.inFlightPerStage.empty() || !st.fitSchedule || !st.schedule.kind().fitsStageTimes) return std::nullopt;
   return scheduleCostsOf(profile, part, p);
 }
 
@@ -289,7 +283,7 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   plan.graphHash = graph.hash();
   plan.method = st.method;
   plan.policy = st.policy;
-  plan.schedule = st.schedule;
+  plan.schedule = &st.schedule.kind();
   plan.microBatches = st.microBatches;
   plan.chunks = st.chunks;
   plan.microBatchSize = profile.microBatchSize;

@@ -20,6 +20,11 @@
 
 namespace sluice::partition {
 
+pipeline::Schedule scheduleFor(const PlanSettings& st, const std::optional<pipeline::ScheduleCosts>& costs) {
+  return pipeline::makeSchedule(st.schedule.kind(), st.stages, st.microBatches, st.chunks, costs ? &*costs : nullptr);
+}
+
+
 namespace {
 
 // Parameters read by several nodes (tied weights): counted on every stage that reads them.
@@ -77,12 +82,12 @@ std::vector<int64_t> weightGradPrefix(const OpGraph& graph, const Profile& profi
 void setScheduleHoldings(Problem& p, const OpGraph& graph, const Profile& profile, const PlanSettings& st) {
   const pipeline::ScheduleKind* kind = nullptr;
   try {
-    kind = &pipeline::scheduleKind(st.schedule);
+    kind = &st.schedule.kind();
   } catch (const ScheduleError& e) {
     throw PlanError(std::string("partition: ") + e.what());
   }
   p.gpipe = kind->holdsEveryMicroBatch;
-  const auto schedule = pipeline::makeSchedule(st.schedule, st.stages, st.microBatches, st.chunks);
+  const auto schedule = scheduleFor(st);
   const bool split = pipeline::splitsBackward(schedule);
   // Schedules other than GPipe and 1F1B: in flight per stage from the schedule itself.
   const bool ownFlights = split || schedule.chunks() > 1;

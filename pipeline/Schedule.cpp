@@ -117,12 +117,19 @@ bool interleavesStages(const std::string& name) {
   return k && k->interleaves;
 }
 
-std::string scheduleLabel(const std::string& name, int chunks) {
-  return name + (interleavesStages(name) && chunks > 1 ? " x" + std::to_string(chunks) : "");
+std::string scheduleLabel(const ScheduleKind& kind, int chunks) {
+  return kind.name + (kind.interleaves && chunks > 1 ? " x" + std::to_string(chunks) : "");
 }
 
+std::string scheduleLabel(const std::string& name, int chunks) {
+  const auto* k = findScheduleKind(name);
+  return k ? scheduleLabel(*k, chunks) : name;
+}
+
+Placement placementOf(const ScheduleKind& kind, int ranks, int chunks) { return {ranks, chunks, kind.vShape}; }
+
 Placement placementOf(const std::string& name, int ranks, int chunks) {
-  return {ranks, chunks, scheduleKind(name).vShape};
+  return placementOf(scheduleKind(name), ranks, chunks);
 }
 
 bool fitsToStageTimes(const std::string& name) {
@@ -130,14 +137,17 @@ bool fitsToStageTimes(const std::string& name) {
   return k && k->fitsStageTimes;
 }
 
-Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
-  const auto& kind = scheduleKind(name);
+Schedule makeSchedule(const ScheduleKind& kind, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
   SLUICE_CHECK(kind.interleaves || chunks == 1, ScheduleError,
-               "schedule '" << name << "' runs one stage per rank; only the interleaved schedules take " << chunks
+               "schedule '" << kind.name << "' runs one stage per rank; only the interleaved schedules take " << chunks
                             << " chunks");
   auto schedule = kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);
   schedule.name = kind.name;  // the row names it (a builder's own name is for calling it directly)
   return schedule;
+}
+
+Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
+  return makeSchedule(scheduleKind(name), stages, microBatches, chunks, costs);
 }
 
 bool splitsBackward(const Schedule& schedule) {

@@ -36,6 +36,8 @@
 
 namespace sluice::pipeline {
 
+struct ScheduleKind;  // a row of the table (ScheduleKinds.h)
+
 enum class ActionKind { RecvActivation, Forward, SendActivation, RecvGrad, Backward, SendGrad, BackwardInput, BackwardWeight };
 
 struct Action {
@@ -173,15 +175,20 @@ std::vector<std::string> scheduleNames();
 bool interleavesStages(const std::string& name);
 // A schedule as the logs and tables name it: "zb-h1", or with several stages
 // per rank "interleaved x2".
+std::string scheduleLabel(const ScheduleKind& kind, int chunks);
 std::string scheduleLabel(const std::string& name, int chunks);
-// Where the named schedule puts ranks x chunks stages (a loop unless the
-// schedule is placed in a V). ScheduleError for a name that is no schedule.
+// Where the schedule puts ranks x chunks stages (a loop unless the schedule
+// is placed in a V). ScheduleError for a name that is no schedule.
+Placement placementOf(const ScheduleKind& kind, int ranks, int chunks);
 Placement placementOf(const std::string& name, int ranks, int chunks);
-// Throws ScheduleError for names not in scheduleNames(). `stages` are the
-// ranks; `chunks` (stages per rank) must be 1 except for the kinds that
-// interleave stages (their row's trait), where the schedule has stages x
-// chunks stages. `costs` fit the kinds fitted to stage times (their row's
-// trait) to the stages' times; the others ignore them.
+// The one place a Schedule is made from its row: `stages` are the ranks;
+// `chunks` (stages per rank) must be 1 except for the kinds that interleave
+// stages (their row's trait), where the schedule has stages x chunks stages.
+// `costs` fit the kinds fitted to stage times (their row's trait) to the
+// stages' times; the others ignore them. The name overload (tests, tools)
+// throws ScheduleError for names not in scheduleNames().
+Schedule makeSchedule(const ScheduleKind& kind, int stages, int microBatches, int chunks = 1,
+                      const ScheduleCosts* costs = nullptr);
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks = 1,
                       const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.

@@ -54,8 +54,7 @@ double clockOffsetUs(const Communicator& world) {
 std::pair<std::string, std::string> predictedBusy(const partition::Plan* plan, int s, int stages) {
   if (!plan || s >= static_cast<int>(plan->stages.size()) || plan->stepTime <= 0) return {"-", "-"};
   double pb = 0;
-  const auto* kind = pipeline::findScheduleKind(plan->schedule);
-  const pipeline::Placement placement{stages, plan->chunks, kind && kind->vShape};
+  const auto placement = pipeline::placementOf(*plan->schedule, stages, plan->chunks);
   for (int k : placement.stagesOf(s)) pb += plan->microBatches * plan->stages[k].time * 1e3;
   char busy[32], bubble[32];
   std::snprintf(busy, sizeof(busy), "%.2f", pb);

@@ -234,7 +234,7 @@ TEST(FuzzReaders, CheckpointManifest) {
 TEST(FuzzReaders, Plan) {
   partition::Plan plan;
   plan.graphHash = "abc";
-  plan.schedule = "1f1b";
+  plan.schedule = &pipeline::scheduleKind("1f1b");
   plan.stages.resize(2);
   plan.stages[0].endNode = 3;
   plan.stages[1].index = 1;

@@ -92,7 +92,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.minOpLevelGain = c.pipeline.minOpLevelGain;
   s.stages = c.pipeline.stages;
   s.microBatches = c.pipeline.microbatches;
-  s.schedule = c.pipeline.schedule.name();  // a row's name, or auto (partition/AutoSchedule.h)
+  s.schedule = c.pipeline.schedule;  // a row, or auto (partition/AutoSchedule.h)
   s.chunks = c.pipeline.chunks;
   s.fitSchedule = c.pipeline.fitSchedule;
   s.budgetBytes = static_cast<int64_t>(c.memory.budgetMb * 1024.0 * 1024.0);
@@ -109,7 +109,7 @@ partition::PlanSettings planSettings(const Config& c) {
 
 const pipeline::ScheduleKind& scheduleOf(const Config& c, const partition::Plan* plan) {
   if (!c.pipeline.schedule.isAuto()) return c.pipeline.schedule.kind();
-  return pipeline::scheduleKind(plan ? plan->schedule : "1f1b");
+  return plan ? *plan->schedule : pipeline::scheduleKind("1f1b");
 }
 
 int chunksOf(const Config& c, const partition::Plan* plan) {
@@ -124,6 +124,12 @@ partition::Plan planForJob(const Config& c, const ModelSetup& setup, const OpGra
     // A plan file decides the schedule under auto (its own); else it must be for the configured one.
     const int chunks = c.pipeline.schedule.isAuto() ? plan.chunks : c.pipeline.chunks;
     plan.checkMatches(graph, c.pipeline.stages * chunks, c.pipeline.plan);
+    if (world.rank() == 0 && !c.pipeline.schedule.isAuto() && plan.schedule != &c.pipeline.schedule.kind()) {
+      log::warn("pipeline.plan " + c.pipeline.plan + " was made for " + plan.schedule->name + ", but the job runs " +
+                c.pipeline.schedule.name() + ": its cuts and memory actions are used, its predictions are " +
+                plan.schedule->name + "'s (partition again with pipeline.schedule: " + c.pipeline.schedule.name() +
+                " for this schedule's)");
+    }
     return plan;
   }
   partition::Profile profile;

@@ -175,16 +175,14 @@ void TrainerImpl::openOutputs() {
 }
 
 pipeline::Schedule TrainerImpl::rankSchedule() const {
-  // With a plan for this schedule, zb-h1, interleaved-zb and zbv are fitted to its
-  // stage times, as its prediction was (every rank reads the same plan file).
+  // The plan's schedule (fitted to its stage times, as its prediction was:
+  // every rank reads the same plan file) when the job runs the schedule and
+  // micro-batches it was planned for.
   const auto& kind = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
-  std::optional<pipeline::ScheduleCosts> costs;
-  if (c_.pipeline.fitSchedule && plan_ && plan_->schedule == kind.name &&
-      plan_->microBatches == c_.pipeline.microbatches) {
-    costs = plan_->scheduleCosts();
+  if (plan_ && plan_->schedule == &kind && plan_->chunks == chunks_ && plan_->microBatches == c_.pipeline.microbatches) {
+    return plan_->runSchedule(c_.pipeline.fitSchedule);
   }
-  return pipeline::makeSchedule(kind.name, c_.pipeline.stages, c_.pipeline.microbatches, chunks_,
-                                costs ? &*costs : nullptr);
+  return pipeline::makeSchedule(kind, c_.pipeline.stages, c_.pipeline.microbatches, chunks_);
 }
 
 // This rank's stage workers, each with its memory plan.

@@ -32,11 +32,11 @@ std::optional<partition::Plan> TrainerImpl::planOfCheckpoint() const {
   // its chunks: 1 unless it interleaves): the same choice when it is one auto
   // would weigh now. Comparing it with "auto" itself never matched, so every
   // restart planned anew and could switch schedules mid-run.
-  bool scheduleSame = saved.schedule == want.schedule && saved.chunks == want.chunks;
-  if (c_.pipeline.schedule.isAuto()) {
+  bool scheduleSame = !want.schedule.isAuto() && saved.schedule == &want.schedule.kind() && saved.chunks == want.chunks;
+  if (want.schedule.isAuto()) {
     const auto candidates = partition::autoCandidates(want.stages, want.chunks, static_cast<int>(c_.pipeline.cuts.size()));
     scheduleSame = std::find(candidates.begin(), candidates.end(), saved.schedule) != candidates.end() &&
-                   saved.chunks == (pipeline::interleavesStages(saved.schedule) ? want.chunks : 1);
+                   saved.chunks == (saved.schedule->interleaves ? want.chunks : 1);
   }
   // Same graph, stage count and everything the plan was chosen for; else plan anew.
   const bool same = saved.graphHash == graph_->hash() && scheduleSame &&

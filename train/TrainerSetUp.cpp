@@ -126,7 +126,7 @@ void TrainerImpl::plan() {
                                               << c_.pipeline.stages << ") x " << chunks_ << " per rank");
   std::set<std::string> named;
   placement_ =
-      pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr).name, c_.pipeline.stages, chunks_);
+      pipeline::placementOf(scheduleOf(c_, plan_ ? &*plan_ : nullptr), c_.pipeline.stages, chunks_);
   for (int s : placement_.stagesOf(stageIndex_)) {
     stages_.push_back(stages[s]);
     memoryPlans_.push_back(plan_ ? memoryPlanFor(*plan_, static_cast<int>(s), c_) : memory::MemoryPlan{});

@@ -21,7 +21,7 @@ constexpr auto npos = std::string::npos;
 
 SimulationInput uniform(const std::string& schedule, int ranks, int chunks, int m, pipeline::StageTimes t) {
   SimulationInput in;
-  in.schedule = schedule;
+  in.schedule = &pipeline::scheduleKind(schedule);
   in.ranks = ranks;
   in.chunks = chunks;
   in.microBatches = m;

@@ -112,7 +112,7 @@ TEST(Refill, PlansChargeOnlyTheActionsThatFollowAWait) {
     PlanSettings st;
     st.stages = 2;
     st.microBatches = 8;
-    st.schedule = schedule;
+    st.schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind(schedule));
     const auto without = planForCuts(graph, plain, st, {cut});
     const auto with = Plan::fromBytes(planForCuts(graph, charged, st, {cut}).toBytes(), "test");
     ASSERT_EQ(with.stages.size(), 2u);

@@ -32,7 +32,7 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
       st.policy = c % 2 ? memory::MemoryPolicy::None : memory::MemoryPolicy::Plan;
       st.stages = 2;
       st.microBatches = 4;
-      st.schedule = schedule;
+      st.schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind(schedule));
       st.chunks = chunks;
       st.minOpLevelGain = 0;  // the op-level optimum (layer boundaries first: LayerCutsTest)
       const auto plan = makePlan(graph, profile, st);
@@ -41,7 +41,7 @@ TEST(ScheduleAwarePlan, CutsAreALocalOptimumOfTheSimulatedStep) {
       EXPECT_NEAR(planForCuts(graph, profile, st, cuts).stepTime, plan.stepTime, 1e-12);
       // The 1F1B objective's cuts (the DP's, before refinement), predicted under this schedule.
       PlanSettings ofob = st;
-      ofob.schedule = "1f1b";
+      ofob.schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind("1f1b"));
       ofob.stages = st.stages * chunks;
       ofob.chunks = 1;
       const double dp = planForCuts(graph, profile, st, makePlan(graph, profile, ofob).cuts()).stepTime;
@@ -88,7 +88,7 @@ TEST(ScheduleAwarePlan, TrainingBuildsTheScheduleThePlanPredicted) {
       PlanSettings st;
       st.stages = 2;
       st.microBatches = 8;
-      st.schedule = schedule;
+      st.schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind(schedule));
       st.chunks = pipeline::interleavesStages(schedule) ? 2 : 1;
       const auto made = makePlan(graph, profile, st);
       const auto plan = Plan::fromBytes(made.toBytes(), "test");
