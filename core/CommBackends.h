@@ -5,10 +5,10 @@
 // "mpi" (core/MpiBackend.h) is the built-in row and the default; a test adds
 // its own with addHostBackendKind (tests/core/RecordingBackendTest.cpp).
 //
-// Device backends: deviceBackendFactory(kind) is the one seam between this
-// code and the CUDA-only code: NCCL's factory where the build has CUDA
-// (core/NcclBackend.cpp), none where it does not (core/NoDeviceBackends.cpp);
-// CMake picks the file, so no `#if SLUICE_CUDA` is needed above it.
+// Device backends: deviceBackendFactory(kind) is a CUDA seam (as
+// core/CudaRuntime.h describes): NCCL's factory where the build has CUDA
+// (core/NcclBackend.cpp), none where it does not (core/NoCuda.cpp); CMake
+// picks the file, so no `#if SLUICE_CUDA` is needed above it.
 #pragma once
 
 #include <deque>

@@ -2,6 +2,7 @@
 // facts the rest of Sluice asks about. Every function here works in a build
 // without CUDA and on a machine without a GPU or driver (cudaDevices() is 0
 // there and says why); nothing here initializes CUDA unless asked about it.
+// The CUDA runtime is asked through its seam, core/CudaRuntime.h.
 //
 //   auto kind = parseDeviceKind("cuda");              // ConfigError for other names
 //   auto device = rankDevice(kind, localRank);        // cuda:(localRank % devices)
@@ -19,7 +20,7 @@ namespace sluice {
 
 // True when this build has the CUDA paths (SLUICE_CUDA).
 bool cudaBuilt();
-// "compiled in (CUDA 13.0, NCCL 2.28.9)" or "not compiled in".
+// "compiled in (CUDA runtime 13.0, NCCL 2.28.9)" or "not compiled in".
 std::string cudaBuildText();
 // CUDA devices this process can use: 0 without a CUDA build, a driver or a device. Never throws.
 int cudaDevices();

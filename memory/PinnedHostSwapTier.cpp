@@ -92,4 +92,9 @@ void PinnedHostSwapTier::handOver(const c10::Storage& storage) {
   c10::cuda::CUDACachingAllocator::recordStream(storage.data_ptr(), c10::cuda::getCurrentCUDAStream(device_.index()));
 }
 
+// memory/'s CUDA seam (memory/SwapTier.h) in a build with CUDA.
+std::unique_ptr<SwapTier> makeDeviceSwapTier(const c10::Device& device) {
+  return std::make_unique<PinnedHostSwapTier>(device);
+}
+
 }  // namespace sluice::memory

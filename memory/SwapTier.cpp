@@ -15,9 +15,6 @@
 #include "core/Error.h"
 
 #include <torch/types.h>
-#if SLUICE_CUDA
-#include "memory/PinnedHostSwapTier.h"
-#endif
 
 namespace sluice::memory {
 namespace {
@@ -64,9 +61,7 @@ c10::Storage SwapTier::emptyStorage(int64_t bytes) {
 
 std::unique_ptr<SwapTier> makeSwapTier(const c10::Device& device, const std::string& dir) {
   if (device.is_cpu()) return std::make_unique<FileSwapTier>(dir);
-#if SLUICE_CUDA
-  if (device.is_cuda()) return std::make_unique<PinnedHostSwapTier>(device);
-#endif
+  if (device.is_cuda()) return makeDeviceSwapTier(device);
   throw MemoryError("swap: no swap tier for tensors on " + device.str());
 }
 

@@ -18,8 +18,8 @@
 // freed extents are reused first-fit. Not copyable (it owns the file).
 //
 // PinnedHostSwapTier (CUDA builds, memory/PinnedHostSwapTier.h) takes the
-// storages of a GPU into pinned host memory behind the same interface.
-// makeSwapTier picks the tier from the device.
+// storages of a GPU into pinned host memory behind the same interface
+// (made by makeDeviceSwapTier). makeSwapTier picks the tier from the device.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -84,9 +84,15 @@ class FileSwapTier : public SwapTier {
   std::map<int64_t, int64_t> free_;   // offset -> length of free extents
 };
 
-// The tier for a device's storages: a FileSwapTier in dir on CPU, a
-// PinnedHostSwapTier on CUDA (dir unused). Throws MemoryError as they do.
+// The tier for a device's storages: a FileSwapTier in dir on CPU,
+// makeDeviceSwapTier(device) on CUDA (dir unused). Throws MemoryError as
+// they do, and for any other device.
 std::unique_ptr<SwapTier> makeSwapTier(const c10::Device& device, const std::string& dir);
+// memory/'s CUDA seam (core/CudaRuntime.h says how the seams work): the tier
+// for a CUDA device's storages. A PinnedHostSwapTier in a build with CUDA
+// (defined in memory/PinnedHostSwapTier.cpp); without CUDA
+// (memory/NoCuda.cpp) MemoryError "swap: no swap tier for tensors on <device>".
+std::unique_ptr<SwapTier> makeDeviceSwapTier(const c10::Device& device);
 
 // The default swap directory: a folder under the system temp dir when that is
 // on disk, else under /var/tmp. Never tmpfs.

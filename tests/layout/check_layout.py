@@ -19,6 +19,15 @@
    its rank counts (tests/Ranks.h), so tests/ calls Communicator::world()
    only in TestMain.cpp and Ranks.cpp, and no test skips for want of ranks.
 
+5. One CUDA seam (core/CudaRuntime.h): no source tests SLUICE_CUDA in the
+   preprocessor (`#if SLUICE_CUDA`, `#ifdef`, `defined(SLUICE_CUDA)`), and
+   CUDA headers (`#include` of c10/cuda/, ATen/cuda/, cuda_runtime*, cuda.h,
+   nccl.h) appear only in CUDA-only files: the .cpp files a CMakeLists.txt
+   of a source folder adds inside an `if(SLUICE_CUDA)` branch (read from
+   those files, up to its `else()`/`endif()`), and the headers that only
+   CUDA-only files include (and at least one does; e.g. core/NcclChannel.h),
+   found by following includes until nothing changes.
+
 Otherwise tests (tests/) and benches are not checked. Run: check_layout.py SOURCE_DIR.
 Exit 0 when the code matches, 1 with one line per finding otherwise.
 """
@@ -201,6 +210,67 @@ def check_test_ranks(source, findings):
                                         f"instead of skipping for want of ranks")
 
 
+CUDA_IF = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bSLUICE_CUDA\b")
+CUDA_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](c10/cuda/|ATen/cuda/|cuda_runtime|cuda\.h|nccl\.h)')
+
+
+def cuda_only_sources(source):
+    """The .cpp/.cu files the source folders' CMakeLists.txt compile only under SLUICE_CUDA."""
+    found = set()
+    for folder in SOURCE_FOLDERS:
+        path = os.path.join(source, folder, "CMakeLists.txt")
+        if not os.path.exists(path):
+            continue
+        depth, inside = 0, None  # inside: the depth of the if(SLUICE_CUDA) branch being read
+        with open(path) as f:
+            for line in f:
+                code = line.split("#", 1)[0]
+                command = re.match(r"\s*(if|elseif|else|endif)\s*\((.*)", code)
+                word = command.group(1) if command else None
+                if word == "if":
+                    depth += 1
+                    if inside is None and re.match(r"\s*SLUICE_CUDA\s*(\)|AND\b)", command.group(2)):
+                        inside = depth
+                elif word in ("elseif", "else", "endif"):
+                    if inside == depth:
+                        inside = None
+                    if word == "endif":
+                        depth -= 1
+                elif inside is not None:
+                    found.update(os.path.join(folder, f) for f in re.findall(r"[\w/.-]+\.(?:cpp|cu)\b", code))
+    return found
+
+
+def check_cuda_seam(source, findings):
+    """Rule 5: no #if SLUICE_CUDA; CUDA headers only in CUDA-only files."""
+    includes, cuda_includes = {}, {}  # file -> the source files it includes; file -> its first CUDA include
+    for rel in sources(source):
+        includes[rel] = set()
+        with open(os.path.join(source, rel)) as f:
+            for n, line in enumerate(f, 1):
+                if CUDA_IF.match(line):
+                    findings.append(f"{rel}:{n}: tests SLUICE_CUDA; CUDA-only code goes behind the CUDA seam "
+                                    f"(core/CudaRuntime.h), in files CMake compiles under if(SLUICE_CUDA)")
+                if CUDA_INCLUDE.match(line):
+                    cuda_includes.setdefault(rel, (n, line.strip()))
+                m = re.match(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"', line)
+                if m:
+                    includes[rel].add(m.group(1))
+    cuda_only = {rel for rel in cuda_only_sources(source) if rel in includes}
+    changed = True
+    while changed:  # a header is CUDA-only when CUDA-only files, and only they, include it
+        changed = False
+        for header in includes:
+            users = {rel for rel, inc in includes.items() if header in inc}
+            if header not in cuda_only and header.endswith(".h") and users and users <= cuda_only:
+                cuda_only.add(header)
+                changed = True
+    for rel in sorted(set(cuda_includes) - cuda_only):
+        n, text = cuda_includes[rel]
+        findings.append(f"{rel}:{n}: {text}: a CUDA header outside the CUDA-only files (those CMake compiles "
+                        f"under if(SLUICE_CUDA), and the headers only they include); ask core/CudaRuntime.h")
+
+
 def main():
     source = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     units = read_table(source)
@@ -210,6 +280,7 @@ def main():
     check_sizes(source, findings)
     check_notes(source, findings)
     check_test_ranks(source, findings)
+    check_cuda_seam(source, findings)
     for f in findings:
         print(f)
     print(f"layout: {len(findings)} finding(s); units: {', '.join(sorted(units))}")
