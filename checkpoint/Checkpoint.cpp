@@ -170,8 +170,11 @@ std::string saveCheckpoint(const std::string& dir, const CheckpointInfo& info, c
 }
 
 std::string resumeDirectory(const Config& c) {
-  if (c.checkpoint.resume == "none") return "";
-  if (c.checkpoint.resume != "auto") return c.checkpoint.resume;
+  switch (c.checkpoint.resume.mode) {
+    case ResumeMode::None: return "";
+    case ResumeMode::Directory: return c.checkpoint.resume.directory;
+    case ResumeMode::Auto: break;
+  }
   const fs::path latest = fs::path(c.checkpointDir()) / "latest";
   if (!fs::exists(latest)) return "";
   std::string name = readFile(latest.string());

@@ -91,7 +91,7 @@ int exportCommand(const CommandLine& a, int, char**) {
   std::string dir = a.checkpoint;
   if (!fs::exists(fs::path(dir) / "manifest.yaml") && fs::exists(fs::path(dir) / "latest")) {
     config.checkpoint.dir = dir;
-    config.checkpoint.resume = "auto";
+    config.checkpoint.resume = sluice::ResumeSetting{sluice::ResumeMode::Auto, ""};
     dir = sluice::resumeDirectory(config);
   }
   sluice::CheckpointLayout layout;

@@ -62,6 +62,19 @@ const std::vector<Choice<EvalSplit>>& evalSplitChoices();
 enum class LauncherKind { Auto, Mpirun, Slurm };
 const std::vector<Choice<LauncherKind>>& launcherChoices();
 
+// checkpoint.resume: auto (the latest complete checkpoint in
+// checkpoint.dir, if any) | none | a checkpoint directory. auto and none are
+// a Choice table's rows; any other text is the directory (the open case, as
+// given: validation refuses "" and a path that is no directory).
+enum class ResumeMode { Auto, None, Directory };
+const std::vector<Choice<ResumeMode>>& resumeModeChoices();  // auto | none
+struct ResumeSetting {
+  ResumeMode mode = ResumeMode::Auto;
+  std::string directory;  // ResumeMode::Directory: the checkpoint directory
+};
+ResumeSetting parseResumeSetting(const std::string& text);   // never throws
+std::string resumeSettingName(const ResumeSetting& resume);  // auto | none | the directory, as the YAML gave it
+
 // data.name: text (byte-level windows of files under data.path) | synthetic |
 // fashion_mnist | tokens (a pre-tokenized file of ids, data/TokenFile.h)
 enum class DataKind { Text, Synthetic, FashionMnist, Tokens };
@@ -170,7 +183,7 @@ struct CheckpointConfig {
   std::string dir;          // checkpoint.dir; "" = <job.output_dir>/checkpoints
   int64_t interval = 0;     // steps between checkpoints; 0 = off
   int64_t keepLatestK = 2;  // checkpoint.keep_latest_k: older complete checkpoints are removed; 0 = keep all
-  std::string resume = "auto";  // auto (the latest complete checkpoint, if any) | none | a checkpoint directory
+  ResumeSetting resume;     // checkpoint.resume: auto (the default) | none | a checkpoint directory
 };
 
 struct ClusterConfig {

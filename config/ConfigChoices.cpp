@@ -1,5 +1,6 @@
 // The config's closed choices, one table each (core/Choice.h; STYLE rule
-// 9), and the two open tables' parsers (model.name, pipeline.schedule).
+// 9), and the open choices' parsers (model.name, pipeline.schedule,
+// checkpoint.resume).
 // Torch-free, as Config.cpp.
 #include "config/Config.h"
 
@@ -71,6 +72,24 @@ const std::vector<Choice<LauncherKind>>& launcherChoices() {
       {LauncherKind::Mpirun, "mpirun", "Open MPI's mpirun over cluster.hostfile"},
       {LauncherKind::Slurm, "slurm", "srun inside a Slurm allocation"}};
   return t;
+}
+
+const std::vector<Choice<ResumeMode>>& resumeModeChoices() {
+  static const std::vector<Choice<ResumeMode>> t = {
+      {ResumeMode::Auto, "auto", "the latest complete checkpoint in checkpoint.dir, if any"},
+      {ResumeMode::None, "none", "start fresh"}};
+  return t;
+}
+
+ResumeSetting parseResumeSetting(const std::string& text) {
+  for (const auto& row : resumeModeChoices()) {
+    if (text == row.name) return {row.kind, ""};
+  }
+  return {ResumeMode::Directory, text};
+}
+
+std::string resumeSettingName(const ResumeSetting& resume) {
+  return resume.mode == ResumeMode::Directory ? resume.directory : choiceName(resumeModeChoices(), resume.mode);
 }
 
 std::vector<Choice<const ModelSpec*>> modelChoices() {

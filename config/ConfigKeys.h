@@ -170,7 +170,7 @@ void checkpointKeys(S& s, Config& c) {
   s.key("dir", c.checkpoint.dir);
   s.key("interval", c.checkpoint.interval);
   s.key("keep_latest_k", c.checkpoint.keepLatestK);
-  s.key("resume", c.checkpoint.resume);
+  s.choice("resume", c.checkpoint.resume, resumeSettingName, parseResumeSetting);
 }
 
 template <class S>

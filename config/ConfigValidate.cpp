@@ -34,13 +34,6 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError("config error: " + message);
 }
 
-bool in(const std::string& v, std::initializer_list<const char*> choices) {
-  for (auto c : choices) {
-    if (v == c) return true;
-  }
-  return false;
-}
-
 // data.name: tokens. The files are opened now (every id read once), so a
 // wrong dtype, header or vocabulary fails before any rank starts.
 void validateTokens(const Config& c) {
@@ -295,9 +288,11 @@ void validateRunSettings(Config& c) {
   require(ck.interval >= 0, "checkpoint.interval must be >= 0 (0 = off), got " + std::to_string(ck.interval));
   require(ck.keepLatestK >= 0, "checkpoint.keep_latest_k must be >= 0 (0 = keep all), got " +
                                    std::to_string(ck.keepLatestK));
-  require(!ck.resume.empty(), "checkpoint.resume must be auto, none or a checkpoint directory");
-  require(in(ck.resume, {"auto", "none"}) || std::filesystem::is_directory(ck.resume),
-          "checkpoint.resume '" + ck.resume + "' is neither auto, none nor an existing checkpoint directory");
+  if (ck.resume.mode == ResumeMode::Directory) {
+    require(!ck.resume.directory.empty(), "checkpoint.resume must be auto, none or a checkpoint directory");
+    require(std::filesystem::is_directory(ck.resume.directory),
+            "checkpoint.resume '" + ck.resume.directory + "' is neither auto, none nor an existing checkpoint directory");
+  }
   for (int s : c.logging.traceSteps) {
     require(s >= 0 && s < c.training.steps, "logging.trace_steps: step " + std::to_string(s) +
                                                 " is outside [0, training.steps = " + std::to_string(c.training.steps) + ")");

@@ -164,10 +164,10 @@ std::vector<std::unique_ptr<OutputLock>> lockJobOutputs(const Config& config, bo
   if (!within(ck, out)) refuseNestedInOthers(ck, "checkpoint.dir", mine);
   if (!config.job.overwrite && !resumes) {
     const std::string earlier = earlierRun(config);
-    const std::string why = config.checkpoint.resume == "auto"
+    const std::string why = config.checkpoint.resume.mode == ResumeMode::Auto
                                 ? "it has no checkpoint to resume (checkpoint.resume: auto found none in " +
                                       config.checkpointDir() + ")"
-                                : "checkpoint.resume is " + config.checkpoint.resume;
+                                : "checkpoint.resume is " + resumeSettingName(config.checkpoint.resume);
     SLUICE_CHECK(earlier.empty(), ConfigError,
                  "config error: job.output_dir '" << config.job.outputDir << "' holds an earlier run (" << earlier
                      << ") and this job would start afresh over it, as " << why

@@ -230,6 +230,8 @@ const Malformed kMalformed[] = {
                   "checkpoint.interval must be >= 0 (0 = off)"},
         Malformed{"resume from nowhere", {"checkpoint.resume=/no/such/checkpoint"}, nullptr,
                   "checkpoint.resume '/no/such/checkpoint' is neither auto, none nor an existing checkpoint directory"},
+        Malformed{"resume from an empty path", {"checkpoint.resume=''"}, nullptr,
+                  "checkpoint.resume must be auto, none or a checkpoint directory"},
         Malformed{"negative restarts", {"cluster.max_restarts=-2"}, nullptr, "cluster.max_restarts must be >= 0"},
         Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"},
         // Probes with bad input (once launches of the binary in tests/cli/bad_config.sh).
@@ -330,7 +332,7 @@ TEST(Config, ScheduleParsesIntoItsRowOrAuto) {
 TEST(Config, CheckpointAndClusterDefaults) {
   auto c = Config::fromYamlText(kValid, {"job.output_dir=/tmp/run"});
   EXPECT_EQ(c.checkpoint.interval, 0);
-  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::Auto);
   EXPECT_EQ(c.checkpointDir(), "/tmp/run/checkpoints");
   EXPECT_EQ(c.cluster.timeoutS, 600);
   EXPECT_EQ(c.cluster.maxRestarts, 0);
@@ -342,6 +344,24 @@ TEST(Config, CheckpointAndClusterDefaults) {
   auto again = Config::fromYamlText(d.toYaml());
   EXPECT_EQ(again.checkpointDir(), "/ckpt");
   EXPECT_DOUBLE_EQ(again.cluster.timeoutS, 3);
+}
+
+// checkpoint.resume parses into its mode (auto and none by name, any other
+// text a directory) and config.resolved.yaml writes it back as given.
+TEST(Config, ResumeParsesIntoItsModeAndRoundTrips) {
+  const std::string dir = testing::TempDir();
+  for (const auto& [text, mode] : std::vector<std::pair<std::string, ResumeMode>>{
+           {"auto", ResumeMode::Auto}, {"none", ResumeMode::None}, {dir, ResumeMode::Directory}}) {
+    const auto c = Config::fromYamlText(kValid, {"checkpoint.resume=" + text});
+    EXPECT_EQ(c.checkpoint.resume.mode, mode) << text;
+    EXPECT_EQ(c.checkpoint.resume.directory, mode == ResumeMode::Directory ? dir : "") << text;
+    const auto yaml = c.toYaml();
+    EXPECT_NE(yaml.find("  resume: " + text + "\n"), std::string::npos) << yaml;
+    const auto again = Config::fromYamlText(yaml);
+    EXPECT_EQ(again.checkpoint.resume.mode, mode) << text;
+    EXPECT_EQ(again.checkpoint.resume.directory, c.checkpoint.resume.directory) << text;
+    EXPECT_EQ(again.toYaml(), yaml);
+  }
 }
 
 }  // namespace
