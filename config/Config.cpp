@@ -30,6 +30,19 @@ const char* typeName() {
   return "an integer";
 }
 
+// A closed choice's name parsed into its row; ConfigError "config error: <key>
+// must be a, b or c<note>, got 'x'" otherwise.
+template <class T>
+T parseClosedChoice(const std::vector<Choice<T>>& table, const std::string& name, const std::string& key,
+                    const char* note) {
+  std::vector<std::string> names;
+  for (auto& row : table) {
+    if (name == row.name) return row.kind;
+    names.push_back(row.name);
+  }
+  throw ConfigError("config error: " + key + " must be " + joinedWithOr(names) + note + ", got '" + name + "'");
+}
+
 InputSpec readTensorSpec(const YAML::Node& node, const std::string& key) {
   SLUICE_CHECK(node.IsMap(), ConfigError, "config error: " << key << " must be a mapping {name, shape, dtype}");
   InputSpec t;
@@ -38,7 +51,8 @@ InputSpec readTensorSpec(const YAML::Node& node, const std::string& key) {
     try {
       if (k == "name") t.name = it->second.as<std::string>();
       else if (k == "shape") t.shape = it->second.as<std::vector<int64_t>>();
-      else if (k == "dtype") t.dtype = it->second.as<std::string>();
+      else if (k == "dtype")
+        t.dtype = parseClosedChoice(inputDtypeChoices(), it->second.as<std::string>(), key + ".dtype", "");
       else throw ConfigError("config error: unknown key '" + key + "." + k + "'. Known keys: dtype name shape");
     } catch (const YAML::Exception&) {
       throw ConfigError("config error: " + key + "." + k + ": expected " +
@@ -215,14 +229,8 @@ class KeyReader {
   template <class T>
   void closedChoice(const char* name, T& out, const std::vector<Choice<T>>& table, const char* note, bool = true) {
     const std::string key = r_.path() + "." + name;
-    r_.getChoice(name, out, choiceName(table, out), [&](const std::string& n) {
-      std::vector<std::string> names;
-      for (auto& row : table) {
-        if (n == row.name) return row.kind;
-        names.push_back(row.name);
-      }
-      throw ConfigError("config error: " + key + " must be " + joinedWithOr(names) + note + ", got '" + n + "'");
-    });
+    r_.getChoice(name, out, choiceName(table, out),
+                 [&](const std::string& n) { return parseClosedChoice(table, n, key, note); });
   }
   template <class F>
   void section(const char* name, F visit) {
@@ -367,7 +375,8 @@ class KeyWriter {
   struct isVector<std::vector<T>> : std::true_type {};
   void spec(const InputSpec& t) {
     e_ << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "shape"
-       << YAML::Value << YAML::Flow << t.shape << YAML::Key << "dtype" << YAML::Value << t.dtype << YAML::EndMap;
+       << YAML::Value << YAML::Flow << t.shape << YAML::Key << "dtype" << YAML::Value
+       << choiceName(inputDtypeChoices(), t.dtype) << YAML::EndMap;
   }
   YAML::Emitter& e_;
 };

@@ -97,12 +97,16 @@ struct JobConfig {
   std::optional<CommBackendKind> backend;
 };
 
+// model.inputs[i].dtype and model.targets.dtype (torchscript): float32 | int64
+enum class InputDtype { Float32, Int64 };
+const std::vector<Choice<InputDtype>>& inputDtypeChoices();
+
 // One forward argument (or the targets) of a TorchScript model: the shape of
-// one sample (no batch dimension) and its dtype (float32 | int64).
+// one sample (no batch dimension) and its dtype.
 struct InputSpec {
   std::string name;
   std::vector<int64_t> shape;
-  std::string dtype = "float32";
+  InputDtype dtype = InputDtype::Float32;
 };
 
 struct ModelConfig {

@@ -74,6 +74,12 @@ const std::vector<Choice<LauncherKind>>& launcherChoices() {
   return t;
 }
 
+const std::vector<Choice<InputDtype>>& inputDtypeChoices() {
+  static const std::vector<Choice<InputDtype>> t = {{InputDtype::Float32, "float32", "32-bit floats (e.g. images)"},
+                                                    {InputDtype::Int64, "int64", "64-bit integers (e.g. token ids)"}};
+  return t;
+}
+
 const std::vector<Choice<ResumeMode>>& resumeModeChoices() {
   static const std::vector<Choice<ResumeMode>> t = {
       {ResumeMode::Auto, "auto", "the latest complete checkpoint in checkpoint.dir, if any"},

@@ -13,13 +13,6 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw ConfigError("config error: " + message);
 }
 
-bool in(const std::string& value, std::initializer_list<const char*> choices) {
-  for (auto c : choices) {
-    if (value == c) return true;
-  }
-  return false;
-}
-
 at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& target) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
 }

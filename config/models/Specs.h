@@ -4,7 +4,6 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +25,6 @@ ModelSpec exported();
 
 // ConfigError "config error: <message>" unless ok.
 void require(bool ok, const std::string& message);
-bool in(const std::string& value, std::initializer_list<const char*> choices);
 
 at::Tensor crossEntropy(const at::Tensor& logits, const at::Tensor& target);
 // Fashion-MNIST's training split; fewer images than one global batch would

@@ -20,7 +20,6 @@ void validateTorchScript(Config& c) {
   require(!m.inputs.empty(), "model.name=torchscript needs model.inputs: a list of {name, shape, dtype}, one per "
                              "argument of forward (shape without the batch dimension)");
   auto checkSpec = [&](const InputSpec& t, const std::string& key) {
-    require(in(t.dtype, {"float32", "int64"}), key + ".dtype must be float32 or int64, got '" + t.dtype + "'");
     for (auto d : t.shape) require(d >= 1, key + ".shape: every size must be >= 1");
   };
   for (size_t i = 0; i < m.inputs.size(); ++i) checkSpec(m.inputs[i], "model.inputs[" + std::to_string(i) + "]");
@@ -32,18 +31,18 @@ void validateTorchScript(Config& c) {
                                 "take one argument besides the targets; got " + std::to_string(m.inputs.size()));
   if (c.data.kind == DataKind::Text) {
     const auto& in0 = m.inputs[0];
-    require(in0.shape.size() == 1 && in0.dtype == "int64",
+    require(in0.shape.size() == 1 && in0.dtype == InputDtype::Int64,
             "model.inputs[0] (" + in0.name + "): data.name=text gives windows of byte tokens, so the input must be "
             "shape [block_size] with dtype int64");
-    require(m.targets.shape == in0.shape && m.targets.dtype == "int64",
+    require(m.targets.shape == in0.shape && m.targets.dtype == InputDtype::Int64,
             "model.targets: data.name=text gives the next byte of every position, so targets must be shape [" +
                 std::to_string(in0.shape[0]) + "] with dtype int64 like model.inputs[0]");
   } else {
     const auto& in0 = m.inputs[0];
-    require(in0.shape == std::vector<int64_t>{1, 28, 28} && in0.dtype == "float32",
+    require(in0.shape == std::vector<int64_t>{1, 28, 28} && in0.dtype == InputDtype::Float32,
             "model.inputs[0] (" + in0.name + "): data.name=fashion_mnist gives images of shape [1, 28, 28] with dtype "
             "float32");
-    require(m.targets.shape.empty() && m.targets.dtype == "int64",
+    require(m.targets.shape.empty() && m.targets.dtype == InputDtype::Int64,
             "model.targets: data.name=fashion_mnist gives one class label per image: shape [] with dtype int64");
     require(m.loss != LossKind::Mse, "model.loss: data.name=fashion_mnist is classification: use cross_entropy (or none)");
   }

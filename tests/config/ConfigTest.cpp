@@ -204,6 +204,12 @@ const Malformed kMalformed[] = {
         Malformed{"torchscript loss unknown", {"model.name=torchscript", "model.path=/etc/hostname",
                   "model.inputs=[{name: x, shape: [8], dtype: int64}]", "model.targets={shape: [8], dtype: int64}",
                   "model.loss=hinge"}, nullptr, "model.loss must be cross_entropy, mse or none"},
+        Malformed{"torchscript input dtype", {"model.name=torchscript", "model.path=/etc/hostname",
+                  "model.inputs=[{name: x, shape: [8], dtype: float16}]"}, nullptr,
+                  "config error: model.inputs[0].dtype must be float32 or int64, got 'float16'"},
+        Malformed{"torchscript targets dtype", {"model.name=torchscript", "model.path=/etc/hostname",
+                  "model.inputs=[{name: x, shape: [8], dtype: int64}]", "model.targets={shape: [8], dtype: int32}"},
+                  nullptr, "config error: model.targets.dtype must be float32 or int64, got 'int32'"},
         Malformed{"cuts vs stages", {"pipeline.cuts=[10, 20]"}, nullptr,
                   "pipeline.cuts lists 2 cuts but pipeline.stages (2) needs 1"},
         Malformed{"decreasing cuts", {"pipeline.stages=3", "pipeline.cuts=[20, 10]"}, nullptr,
@@ -362,6 +368,27 @@ TEST(Config, ResumeParsesIntoItsModeAndRoundTrips) {
     EXPECT_EQ(again.checkpoint.resume.directory, c.checkpoint.resume.directory) << text;
     EXPECT_EQ(again.toYaml(), yaml);
   }
+}
+
+// model.inputs[i].dtype and model.targets.dtype parse into InputDtype (default
+// float32); config.resolved.yaml writes their names back.
+TEST(Config, InputDtypesParseAndRoundTrip) {
+  EXPECT_EQ(InputSpec{}.dtype, InputDtype::Float32);
+  const auto c = Config::fromYamlText(kValid, {"model.name=torchscript", "model.path=/etc/hostname", "data.name=text",
+                                               "data.path=/etc/hostname",
+                                               "model.inputs=[{name: x, shape: [8], dtype: int64}]",
+                                               "model.targets={shape: [8], dtype: int64}"});
+  ASSERT_EQ(c.model.inputs.size(), 1u);
+  EXPECT_EQ(c.model.inputs[0].dtype, InputDtype::Int64);
+  EXPECT_EQ(c.model.targets.dtype, InputDtype::Int64);
+  const auto yaml = c.toYaml();
+  EXPECT_NE(yaml.find("dtype: int64"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("dtype: float32"), std::string::npos) << yaml;
+  const auto again = Config::fromYamlText(yaml);
+  ASSERT_EQ(again.model.inputs.size(), 1u);
+  EXPECT_EQ(again.model.inputs[0].dtype, InputDtype::Int64);
+  EXPECT_EQ(again.model.targets.dtype, InputDtype::Int64);
+  EXPECT_EQ(again.toYaml(), yaml);
 }
 
 }  // namespace
