@@ -48,7 +48,7 @@ void appendBackward(std::vector<Action>& out, int stage, int stages, int mb) {
 
 Schedule makeGPipe(int stages, int microBatches) {
   checkDims(stages, microBatches);
-  Schedule s{"gpipe", stages, microBatches, std::vector<std::vector<Action>>(stages)};
+  Schedule s{"", stages, microBatches, std::vector<std::vector<Action>>(stages)};
   for (int st = 0; st < stages; ++st) {
     for (int mb = 0; mb < microBatches; ++mb) appendForward(s.actions[st], st, stages, mb);
     for (int mb = 0; mb < microBatches; ++mb) appendBackward(s.actions[st], st, stages, mb);
@@ -58,7 +58,7 @@ Schedule makeGPipe(int stages, int microBatches) {
 
 Schedule make1F1B(int stages, int microBatches) {
   checkDims(stages, microBatches);
-  Schedule s{"1f1b", stages, microBatches, std::vector<std::vector<Action>>(stages)};
+  Schedule s{"", stages, microBatches, std::vector<std::vector<Action>>(stages)};
   for (int st = 0; st < stages; ++st) {
     auto& out = s.actions[st];
     const int warmup = std::min(stages - st - 1, microBatches);
@@ -73,11 +73,11 @@ Schedule make1F1B(int stages, int microBatches) {
   return s;
 }
 
-Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches) {
-  checkInterleaved("interleaved", ranks, chunks, microBatches);
+Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches, const std::string& what) {
+  checkInterleaved(what, ranks, chunks, microBatches);
   const int p = ranks, v = chunks, m = microBatches;
   const int stages = p * v, total = m * v;
-  Schedule s{"interleaved", stages, m, std::vector<std::vector<Action>>(p), p};
+  Schedule s{"", stages, m, std::vector<std::vector<Action>>(p), p};
   const PieceOrder order{p, v, m};
   for (int r = 0; r < p; ++r) {
     auto& out = s.actions[r];
@@ -141,9 +141,7 @@ Schedule makeSchedule(const ScheduleKind& kind, int stages, int microBatches, in
   SLUICE_CHECK(kind.interleaves || chunks == 1, ScheduleError,
                "schedule '" << kind.name << "' runs one stage per rank; only the interleaved schedules take " << chunks
                             << " chunks");
-  auto schedule = kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);
-  schedule.name = kind.name;  // the row names it (a builder's own name is for calling it directly)
-  return schedule;
+  return kind.build(stages, chunks, microBatches, kind.fitsStageTimes ? costs : nullptr);  // named by its row
 }
 
 Schedule makeSchedule(const std::string& name, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {
@@ -175,10 +173,15 @@ std::string toString(ActionKind kind) {
 
 std::string toString(const Action& a) { return toString(a.kind) + std::to_string(a.microBatch); }
 
+std::string scheduleTitle(const Schedule& s) {
+  return s.name.empty() ? "schedule (unnamed)" : "schedule '" + s.name + "'";
+}
+
 std::string toString(const Schedule& s) {
   std::ostringstream os;
   const bool chunked = s.chunks() > 1;
-  os << s.name << " (stages=" << s.stages << (chunked ? ", ranks=" + std::to_string(s.rankCount()) : "")
+  os << (s.name.empty() ? "(unnamed)" : s.name) << " (stages=" << s.stages
+     << (chunked ? ", ranks=" + std::to_string(s.rankCount()) : "")
      << ", micro-batches=" << s.microBatches << ")\n";
   for (size_t r = 0; r < s.actions.size(); ++r) {
     os << "  " << (chunked ? "rank " : "stage ") << r << ":";

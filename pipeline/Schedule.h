@@ -85,6 +85,9 @@ struct Placement {
 };
 
 struct Schedule {
+  // The table row's name (pipeline/ScheduleKinds.h: the row's build, and so
+  // makeSchedule, stamps it); empty from a builder called directly: builders
+  // name no schedule (their messages take `what`, words describing them).
   std::string name;
   int stages = 1;  // model chunks, in model order
   int microBatches = 1;
@@ -136,7 +139,9 @@ Schedule make1F1B(int stages, int microBatches);
 // (whose memory the plan predicts) and simulateStep() predicts it faster
 // under those costs; otherwise the unit-cost schedule.
 // Every rank must pass the same costs (they come from the plan file).
-Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs = nullptr);
+// `what`: what its messages call it (the table passes the row's name).
+Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs = nullptr,
+                          const std::string& what = "ZB-H1");
 // Interleaved 1F1B (Narayanan et al., SC 2021; Megatron-LM's virtual
 // pipeline): `chunks` stages per rank, stage s on rank s % ranks, so each
 // rank's work comes in v = chunks smaller pieces and the bubble shrinks to
@@ -144,16 +149,17 @@ Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* cos
 // forwards of micro-batch pieces taken p micro-batches at a time, chunk by
 // chunk, then alternates one forward and one backward (backwards from the last
 // chunk down). Needs m a multiple of p (ScheduleError otherwise). Memory per
-// rank: at most that warm-up + 1 pieces in flight.
-Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches);
+// rank: at most that warm-up + 1 pieces in flight. `what`: as makeZeroBubbleH1.
+Schedule makeInterleaved1F1B(int ranks, int chunks, int microBatches, const std::string& what = "interleaved 1F1B");
 // Interleaved zero-bubble: interleaved 1F1B's chunks and piece order with
 // ZB-H1's split backward, list-scheduled in time (unit costs F = B = W = 1,
 // except stage 0, whose inputs are data: B = 0, W = 2; a free rank runs its next backward piece's B when ready, else its next
 // forward piece if memory allows, else its oldest pending W). Memory: the
 // same warm-up + 1 pieces between F and B as interleaved 1F1B, and at most
 // its most loaded rank's (rank 0's) between F and W. Needs m a multiple of p.
-// `costs`: as makeZeroBubbleH1 (one StageTimes per stage, ranks x chunks).
-Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs = nullptr);
+// `costs`: as makeZeroBubbleH1 (one StageTimes per stage, ranks x chunks); `what` too.
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs = nullptr,
+                                   const std::string& what = "interleaved zero bubble");
 // ZBV (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024):
 // ZB-H1's split backward on two chunks per rank placed in a V (rank r hosts
 // stages r and 2 ranks - 1 - r), so the first and the last stage share rank
@@ -165,8 +171,9 @@ Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, cons
 // (half stages) between F and W per rank, 1F1B's rank-0 activations, of
 // which at most 2 ranks - 1 - r on chunk 0, so chunk 1 always has room and
 // the list scheduling cannot stall. Any m >= 1. `costs` as makeZeroBubbleH1
-// (one StageTimes per stage, 2 x ranks).
-Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs = nullptr);
+// (one StageTimes per stage, 2 x ranks); `what` too.
+Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs = nullptr,
+                         const std::string& what = "ZBV");
 // The schedules makeSchedule() knows (the rows of ScheduleKinds.h's table),
 // for messages and config checks.
 std::vector<std::string> scheduleNames();
@@ -185,7 +192,8 @@ Placement placementOf(const std::string& name, int ranks, int chunks);
 // `chunks` (stages per rank) must be 1 except for the kinds that interleave
 // stages (their row's trait), where the schedule has stages x chunks stages.
 // `costs` fit the kinds fitted to stage times (their row's trait) to the
-// stages' times; the others ignore them. The name overload (tests, tools)
+// stages' times; the others ignore them. The schedule carries its row's
+// name, and so do the builder's messages. The name overload (tests, tools)
 // throws ScheduleError for names not in scheduleNames().
 Schedule makeSchedule(const ScheduleKind& kind, int stages, int microBatches, int chunks = 1,
                       const ScheduleCosts* costs = nullptr);
@@ -238,6 +246,9 @@ std::vector<int> peakWeightPending(const Schedule& schedule);
 
 std::string toString(ActionKind kind);
 std::string toString(const Action& action);  // e.g. "F3", "recv_act2" (without its stage)
-std::string toString(const Schedule& schedule);
+std::string toString(const Schedule& schedule);  // its name, or "(unnamed)", then its actions per rank
+// How messages name a schedule: "schedule 'zb-h1'", or "schedule (unnamed)"
+// for a builder's own (called directly, not through makeSchedule).
+std::string scheduleTitle(const Schedule& schedule);
 
 }  // namespace sluice::pipeline

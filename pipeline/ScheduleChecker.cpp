@@ -121,7 +121,7 @@ void checkProgress(const Schedule& s) {
     }
     if (!progress) {
       std::ostringstream os;
-      os << "schedule '" << s.name << "' deadlocks; blocked at:";
+      os << scheduleTitle(s) << " deadlocks; blocked at:";
       for (int r = 0; r < ranks; ++r) {
         if (pc[r] < s.actions[r].size()) {
           const Action& a = s.actions[r][pc[r]];
@@ -137,12 +137,12 @@ void checkProgress(const Schedule& s) {
 
 void checkSchedule(const Schedule& s, const std::vector<int>& inFlightLimit) {
   SLUICE_CHECK(s.stages >= 1 && s.microBatches >= 1, ScheduleError,
-               "schedule '" << s.name << "' has " << s.stages << " stages and " << s.microBatches << " micro-batches");
+               scheduleTitle(s) << " has " << s.stages << " stages and " << s.microBatches << " micro-batches");
   const int ranks = s.rankCount();
   SLUICE_CHECK(ranks >= 1 && s.stages % ranks == 0, ScheduleError,
-               "schedule '" << s.name << "': " << s.stages << " stages do not spread evenly over " << ranks << " ranks");
+               scheduleTitle(s) << ": " << s.stages << " stages do not spread evenly over " << ranks << " ranks");
   SLUICE_CHECK(static_cast<int>(s.actions.size()) == ranks, ScheduleError,
-               "schedule '" << s.name << "' lists actions for " << s.actions.size() << " ranks, expected " << ranks);
+               scheduleTitle(s) << " lists actions for " << s.actions.size() << " ranks, expected " << ranks);
   for (int r = 0; r < ranks; ++r) {
     for (size_t i = 0; i < s.actions[r].size(); ++i) {
       const Action& a = s.actions[r][i];
@@ -155,11 +155,11 @@ void checkSchedule(const Schedule& s, const std::vector<int>& inFlightLimit) {
   checkProgress(s);
   if (inFlightLimit.empty()) return;
   SLUICE_CHECK(static_cast<int>(inFlightLimit.size()) == s.stages, ScheduleError,
-               "schedule '" << s.name << "': " << inFlightLimit.size() << " in-flight limits for " << s.stages << " stages");
+               scheduleTitle(s) << ": " << inFlightLimit.size() << " in-flight limits for " << s.stages << " stages");
   auto peak = peakInFlight(s);
   for (int st = 0; st < s.stages; ++st) {
     SLUICE_CHECK(peak[st] <= inFlightLimit[st], ScheduleError,
-                 "schedule '" << s.name << "': stage " << st << " holds " << peak[st]
+                 scheduleTitle(s) << ": stage " << st << " holds " << peak[st]
                               << " micro-batches' activations at once, more than its limit " << inFlightLimit[st]);
   }
 }

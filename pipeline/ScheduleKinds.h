@@ -2,7 +2,10 @@
 // pipeline.schedule, with its traits; every layer asks the table, none
 // compares schedule names. Adding a schedule: its builder (a function that
 // returns a Schedule, see Schedule.h) and one row in ScheduleKinds.cpp
-// (docs/architecture.md, "Add a schedule").
+// (docs/architecture.md, "Add a schedule"). The row is the only place its
+// name lives: a row's build names the schedule it returns (builders leave
+// Schedule::name empty), and a library row's builder is told the row's name
+// for its messages.
 //
 //   const auto& k = pipeline::scheduleKind("zb-h1");   // ScheduleError listing the names otherwise
 //   if (k.interleaves) ...;                            // several stages per rank
@@ -29,6 +32,7 @@ struct ScheduleKind {
   bool holdsEveryMicroBatch = false;  // every micro-batch in flight at once (GPipe; the cost model's shortcut)
   int autoOrder = -1;                 // pipeline.schedule auto tries it in this order (ties go to the earlier); -1: not
   // ranks, chunks (1 unless interleaves), micro-batches, costs (nullptr: unit costs; ignored unless fitsStageTimes).
+  // In the table, it returns the schedule named by the row (the table wraps the builder given).
   std::function<Schedule(int, int, int, const ScheduleCosts*)> build;
   bool vShape = false;  // its two chunks per rank placed in a V (Placement), not a loop; any micro-batch count
   int fixedChunks = 0;   // the stages per rank it must have (zbv: 2); 0: any (pipeline.chunks)

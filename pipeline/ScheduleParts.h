@@ -35,11 +35,12 @@ struct PieceOrder {
   int warmup(int r) const { return m == p ? m * v : std::min((p - r - 1) * 2 + (v - 1) * p, m * v); }
 };
 
-inline void checkInterleaved(const std::string& name, int ranks, int chunks, int microBatches) {
+// `what`: what the messages call the schedule (its row's name through makeSchedule).
+inline void checkInterleaved(const std::string& what, int ranks, int chunks, int microBatches) {
   checkDims(ranks, microBatches);
-  SLUICE_CHECK(chunks >= 1, ScheduleError, name << ": chunks per rank must be at least 1 (got " << chunks << ")");
+  SLUICE_CHECK(chunks >= 1, ScheduleError, what << ": chunks per rank must be at least 1 (got " << chunks << ")");
   SLUICE_CHECK(microBatches % ranks == 0, ScheduleError,
-               name << " takes micro-batches p at a time: pipeline.microbatches (" << microBatches
+               what << " takes micro-batches p at a time: pipeline.microbatches (" << microBatches
                     << ") must be a multiple of pipeline.stages (" << ranks << ")");
 }
 

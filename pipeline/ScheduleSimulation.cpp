@@ -96,7 +96,7 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
     }
   }
   for (int r = 0; r < ranks; ++r) {
-    SLUICE_CHECK(st[r].pc == s.actions[r].size(), ScheduleError, "simulateStep: schedule '" << s.name << "' deadlocks");
+    SLUICE_CHECK(st[r].pc == s.actions[r].size(), ScheduleError, "simulateStep: " << scheduleTitle(s) << " deadlocks");
     out.stepTime = std::max(out.stepTime, st[r].clock);
   }
   return out;

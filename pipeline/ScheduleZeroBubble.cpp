@@ -183,17 +183,17 @@ bool ZeroBubbleProgress::runNextPiece(int r, const NextPieces& n, std::vector<Ac
   return true;
 }
 
-Schedule listScheduleZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs = nullptr,
+Schedule listScheduleZeroBubble(const std::string& what, int p, int v, int m, const ScheduleCosts* costs = nullptr,
                                 const RankCaps* caps = nullptr) {
   const int stages = p * v, total = m * v;
-  Schedule s{name, stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
+  Schedule s{"", stages, m, std::vector<std::vector<Action>>(p), v > 1 ? p : 0};
   const PieceOrder order{p, v, m};
   const PieceLimits limits{order, caps, p, v, m};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
   ZeroBubbleProgress prog(order, limits, cost, comm, p, stages, m, total);
   runListSchedule(prog, s,
-                  name + ": list scheduling deadlocked (p=" + std::to_string(p) + ", v=" + std::to_string(v) +
+                  what + ": list scheduling deadlocked (p=" + std::to_string(p) + ", v=" + std::to_string(v) +
                       ", m=" + std::to_string(m) + ")");
   return s;
 }
@@ -305,13 +305,15 @@ bool ZbvProgress::runReadyPiece(int r, const ReadyPieces& ready, std::vector<Act
 // the older ready B, else a ready F (c1 first) within memory, else its oldest
 // pending W, else waits. Memory (unit costs): 2p pieces between F and W, of
 // which 2p - 1 - r on c0; with caps, those of the unit-cost schedule.
-Schedule listScheduleV(int p, int m, const ScheduleCosts* costs = nullptr, const RankCaps* caps = nullptr) {
+Schedule listScheduleV(const std::string& what, int p, int m, const ScheduleCosts* costs = nullptr,
+                       const RankCaps* caps = nullptr) {
   const int stages = 2 * p;
-  Schedule s{"zbv", stages, m, std::vector<std::vector<Action>>(p), p, true};
+  Schedule s{"", stages, m, std::vector<std::vector<Action>>(p), p, true};
   const PieceCosts cost{costs};
   const double comm = costs ? costs->comm : 0.0;
   ZbvProgress prog(cost, comm, caps, p, stages, m);
-  runListSchedule(prog, s, "zbv: list scheduling deadlocked (p=" + std::to_string(p) + ", m=" + std::to_string(m) + ")");
+  runListSchedule(prog, s,
+                  what + ": list scheduling deadlocked (p=" + std::to_string(p) + ", m=" + std::to_string(m) + ")");
   return s;
 }
 
@@ -352,11 +354,11 @@ bool noMoreThan(const std::vector<int>& a, const std::vector<int>& b) {
 // A list scheduler: unit costs and no caps, or these costs within these caps.
 using ListScheduler = std::function<Schedule(const ScheduleCosts*, const RankCaps*)>;
 
-Schedule timedZeroBubble(const std::string& name, int stages, const ListScheduler& build, const ScheduleCosts* costs) {
+Schedule timedZeroBubble(const std::string& what, int stages, const ListScheduler& build, const ScheduleCosts* costs) {
   auto unit = build(nullptr, nullptr);
   if (!costs) return unit;
   SLUICE_CHECK(static_cast<int>(costs->times.size()) == stages, ScheduleError,
-               name << ": " << costs->times.size() << " stage times for " << stages << " stages");
+               what << ": " << costs->times.size() << " stage times for " << stages << " stages");
   const auto caps = capsOf(unit);
   Schedule timed;
   try {
@@ -372,10 +374,10 @@ Schedule timedZeroBubble(const std::string& name, int stages, const ListSchedule
   return a < b * (1 - 1e-9) ? timed : unit;
 }
 
-Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const ScheduleCosts* costs) {
+Schedule timedZeroBubble(const std::string& what, int p, int v, int m, const ScheduleCosts* costs) {
   return timedZeroBubble(
-      name, p * v,
-      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleZeroBubble(name, p, v, m, c, caps); },
+      what, p * v,
+      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleZeroBubble(what, p, v, m, c, caps); },
       costs);
 }
 
@@ -383,7 +385,7 @@ Schedule timedZeroBubble(const std::string& name, int p, int v, int m, const Sch
 // forwards, then per micro-batch j its B, the W of micro-batch j - s and its
 // next forward, then the Ws left.
 Schedule handOrderedZeroBubbleH1(int p, int m) {
-  Schedule s{"zb-h1", p, m, std::vector<std::vector<Action>>(p)};
+  Schedule s{"", p, m, std::vector<std::vector<Action>>(p)};
   for (int st = 0; st < p; ++st) {
     auto& out = s.actions[st];
     const int warmup = std::min(p - st, m);
@@ -401,27 +403,29 @@ Schedule handOrderedZeroBubbleH1(int p, int m) {
 
 }  // namespace
 
-Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs) {
+Schedule makeZeroBubbleH1(int stages, int microBatches, const ScheduleCosts* costs, const std::string& what) {
   checkDims(stages, microBatches);
   return timedZeroBubble(
-      "zb-h1", stages,
+      what, stages,
       [&](const ScheduleCosts* c, const RankCaps* caps) {
-        return c ? listScheduleZeroBubble("zb-h1", stages, 1, microBatches, c, caps)
+        return c ? listScheduleZeroBubble(what, stages, 1, microBatches, c, caps)
                  : handOrderedZeroBubbleH1(stages, microBatches);
       },
       costs);
 }
 
-Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs) {
-  checkInterleaved("interleaved-zb", ranks, chunks, microBatches);
-  return timedZeroBubble("interleaved-zb", ranks, chunks, microBatches, costs);
+Schedule makeInterleavedZeroBubble(int ranks, int chunks, int microBatches, const ScheduleCosts* costs,
+                                   const std::string& what) {
+  checkInterleaved(what, ranks, chunks, microBatches);
+  return timedZeroBubble(what, ranks, chunks, microBatches, costs);
 }
 
-Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs) {
+Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs, const std::string& what) {
   checkDims(ranks, microBatches);
   return timedZeroBubble(
-      "zbv", 2 * ranks,
-      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleV(ranks, microBatches, c, caps); }, costs);
+      what, 2 * ranks,
+      [&](const ScheduleCosts* c, const RankCaps* caps) { return listScheduleV(what, ranks, microBatches, c, caps); },
+      costs);
 }
 
 }  // namespace sluice::pipeline

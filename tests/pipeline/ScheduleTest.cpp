@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -376,6 +377,37 @@ TEST(Schedule, ZeroBubbleVIsValidInAVAtOneFOneBMemory) {
   EXPECT_THROW(makeSchedule("zbv", 2, 4, 3), ScheduleError);  // exactly 2 stages per rank
   EXPECT_TRUE(placementOf("zbv", 2, 2).v && !placementOf("interleaved", 2, 2).v);
   EXPECT_EQ(placementOf("interleaved", 2, 2).stagesOf(0), (std::vector<int>{0, 2}));
+}
+
+// The table names a schedule, never its builder: a builder called directly
+// leaves the name empty (toString and checkSchedule say "(unnamed)") and its
+// messages describe it; through makeSchedule the row's name is on the
+// schedule and in the messages.
+TEST(Schedule, TheTableNamesSchedulesNotTheirBuilders) {
+  for (auto& kind : scheduleKinds()) {
+    EXPECT_EQ(makeSchedule(kind.name, 2, 4, kind.interleaves ? 2 : 1).name, kind.name);
+  }
+  const auto messageOf = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ScheduleError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const auto direct = make1F1B(2, 4);
+  EXPECT_EQ(direct.name, "");
+  EXPECT_EQ(toString(direct).rfind("(unnamed) (stages=2", 0), 0u) << toString(direct);
+  EXPECT_EQ(messageOf([&] { checkSchedule(direct, {1, 1}); }).rfind("schedule (unnamed): stage 0 holds 2", 0), 0u);
+  EXPECT_EQ(messageOf([] { checkSchedule(makeSchedule("1f1b", 2, 4), {1, 1}); }).rfind("schedule '1f1b': stage 0", 0),
+            0u);
+  EXPECT_EQ(messageOf([] { makeSchedule("interleaved", 2, 3, 2); }).rfind("interleaved takes micro-batches", 0), 0u);
+  EXPECT_EQ(messageOf([] { makeInterleaved1F1B(2, 2, 3); }).rfind("interleaved 1F1B takes micro-batches", 0), 0u);
+  ScheduleCosts wrong;
+  wrong.times.resize(3);
+  EXPECT_EQ(messageOf([&] { makeSchedule("zb-h1", 2, 4, 1, &wrong); }), "zb-h1: 3 stage times for 2 stages");
+  EXPECT_EQ(messageOf([&] { makeZeroBubbleH1(2, 4, &wrong); }), "ZB-H1: 3 stage times for 2 stages");
+  EXPECT_EQ(messageOf([] { makeSchedule("zbv", 2, 4, 3); }).rfind("zbv places exactly 2 stages per rank", 0), 0u);
 }
 
 }  // namespace

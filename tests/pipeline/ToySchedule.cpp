@@ -23,7 +23,7 @@ namespace sluice::pipeline {
 namespace {
 
 Schedule makeDeep1F1B(int stages, int microBatches) {
-  Schedule s{"1f1b-deep", stages, microBatches, std::vector<std::vector<Action>>(stages)};
+  Schedule s{"", stages, microBatches, std::vector<std::vector<Action>>(stages)};
   for (int st = 0; st < stages; ++st) {
     auto& out = s.actions[st];
     const int warmup = std::min(stages - st, microBatches);  // 1F1B's + 1
