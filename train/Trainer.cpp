@@ -24,6 +24,7 @@
 #include "train/Evaluation.h"
 #include "launch/Faults.h"
 #include "train/Planning.h"
+#include "train/StageAssembly.h"
 #include "telemetry/Timeline.h"
 #include "core/Device.h"
 #include "core/TransferGuard.h"
@@ -105,9 +106,12 @@ void installStopHandlers() {
 void TrainerImpl::buildStage() {
   connect();
   openOutputs();
-  const auto schedule = rankSchedule();
+  const auto schedule = jobSchedule(c_, plan_ ? &*plan_ : nullptr, chunks_);
   boundaryComms_ = pipeline::boundaryCommunicators(topology_.pipeline, schedule);
-  buildWorkers(schedule);
+  auto assembled = assembleWorker(c_, {&stages_, &memoryPlans_, &setup_, device_}, topology_.pipeline, schedule,
+                                  boundaryComms_);
+  worker_ = std::move(assembled.worker);
+  sharedSwapEngine_ = assembled.sharedSwapEngine;
   if (c_.training.evalInterval > 0) {
     evaluator_ = std::make_unique<Evaluator>(c_, setup_, *graph_, cuts_, stageIndex_, dpRank_, topology_.pipeline,
                                              topology_.dataParallel, schedule, boundaryComms_);
@@ -118,7 +122,11 @@ void TrainerImpl::buildStage() {
     worker_->measureSavedBytes(savedBytes_.get());
   }
   logStages();
-  buildOptimizer();
+  optimizer_ = assembleOptimizer(c_, *worker_, topology_.dataParallel);
+  if (c_.logging.trace) {
+    worker_->setTrace(&trace_);
+    optimizer_->setTrace(&trace_);
+  }
   const int rank = rank_;
   worker_->setForwardHook([rank](int mb) { faults::atForward(rank, currentStep, mb); });
   freeOtherStagesTensors();
@@ -174,59 +182,6 @@ void TrainerImpl::openOutputs() {
   }
 }
 
-pipeline::Schedule TrainerImpl::rankSchedule() const {
-  // The plan's schedule (fitted to its stage times, as its prediction was:
-  // every rank reads the same plan file) when the job runs the schedule and
-  // micro-batches it was planned for.
-  const auto& kind = scheduleOf(c_, plan_ ? &*plan_ : nullptr);
-  if (plan_ && plan_->schedule == &kind && plan_->chunks == chunks_ && plan_->microBatches == c_.pipeline.microbatches) {
-    return plan_->runSchedule(c_.pipeline.fitSchedule);
-  }
-  return pipeline::makeSchedule(kind, c_.pipeline.stages, c_.pipeline.microbatches, chunks_);
-}
-
-// This rank's stage workers, each with its memory plan.
-void TrainerImpl::buildWorkers(const pipeline::Schedule& schedule) {
-  const auto mode = c_.pipeline.execution;
-  // Several stages per rank: one swap engine (one window, one I/O thread) for
-  // all of them, as the plan's rank peak counts it.
-  std::shared_ptr<memory::SwapEngine> rankEngine;
-  int swappingStages = 0;
-  int64_t window = 0;
-  for (auto& mp : memoryPlans_) {
-    if (!mp.swaps()) continue;
-    ++swappingStages;
-    window = std::max(window, mp.swapWindowBytes);
-  }
-  if (swappingStages > 1) rankEngine = memory::SwapEngine::start(memory::makeSwapTier(device_, swapDir(c_)), window);
-  sharedSwapEngine_ = rankEngine != nullptr;
-  std::vector<std::unique_ptr<pipeline::StageWorker>> workers;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    const auto& stage = stages_[i];
-    workers.push_back(std::make_unique<pipeline::StageWorker>(stage, setup_.tensorsByName(stage.paramInputs),
-                                                              topology_.pipeline, schedule, setup_.loss, mode,
-                                                              boundaryComms_, device_));
-    if (c_.pipeline.boundaryDtype == BoundaryDtype::Compute) workers.back()->setBoundaryType(setup_.computeType);
-    const auto& memoryPlan = memoryPlans_[i];
-    if (memoryPlan.freesAnything()) {
-      auto& worker = *workers.back();
-      worker.setMemoryPlan(memoryPlan, swapDir(c_), rankEngine);
-      const auto* mem = worker.memory();
-      int swaps = 0, recomputes = 0;
-      for (auto& d : memoryPlan.decisions) (d.action == memory::TensorAction::Swap ? swaps : recomputes)++;
-      log::info("stage " + std::to_string(stage.index) + " memory plan: " + std::to_string(swaps) +
-                " storages swapped" + (swaps ? " to " + mem->swapDescription() : "") + ", " +
-                std::to_string(recomputes) + " recomputed");
-    }
-  }
-  worker_ = std::make_unique<pipeline::RankWorker>(std::move(workers));
-  // Note [reader gradients] (pipeline/RankWorker.h): not under DistAdam's
-  // hooks mode, whose reduce-scatters start from each parameter's own accumulation.
-  if (c_.optimizer.name != optim::OptimizerKind::DistAdam || c_.optimizer.distAdamMode != optim::DistAdamMode::Hooks) {
-    worker_->separateReaderGradients();
-  }
-}
-
 void TrainerImpl::logStages() const {
   for (size_t i = 0; i < stages_.size(); ++i) {
     const auto& stage = stages_[i];
@@ -237,26 +192,6 @@ void TrainerImpl::logStages() const {
               " boundary inputs, " +
               std::to_string(stage.outputs.size()) + " outputs" +
               (stages_.size() > 1 ? " (on pipeline rank " + std::to_string(stageIndex_) + ")" : ""));
-  }
-}
-
-void TrainerImpl::buildOptimizer() {
-  optim::OptimizerOptions o;
-  o.kind = c_.optimizer.name;
-  o.adamw = torch::optim::AdamWOptions(c_.optimizer.lr)
-                .betas({c_.optimizer.beta1, c_.optimizer.beta2})
-                .eps(c_.optimizer.eps)
-                .weight_decay(c_.optimizer.weightDecay);
-  o.distAdamMode = c_.optimizer.distAdamMode;
-  o.bucketBytes = static_cast<int64_t>(c_.optimizer.distAdamBucketMb * 1048576.0);
-  o.expectedRanks = c_.pipeline.dataParallel;
-  o.accumulationSteps = c_.pipeline.microbatches;  // reduce on the last micro-batch's backward
-  o.readers = worker_->readersOfTrainableParameters();
-  optimizer_ = optim::makeTrainingOptimizer(o, worker_->trainableParameters(), topology_.dataParallel);
-  if (o.kind == optim::OptimizerKind::DistAdam) log::info(optimizer_->describe());
-  if (c_.logging.trace) {
-    worker_->setTrace(&trace_);
-    optimizer_->setTrace(&trace_);
   }
 }
 

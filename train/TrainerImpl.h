@@ -1,7 +1,8 @@
 // train::TrainerImpl: the Trainer's members and its phases' work (internal
 // to train/; the public entry is train/Trainer.h, which owns one). Each
 // phase lives in the file named for it: TrainerSetUp.cpp (setUp, plan),
-// Trainer.cpp (buildStage, train), TrainerStep.cpp (one step),
+// Trainer.cpp (buildStage, with the stages assembled by train/StageAssembly.h;
+// train), TrainerStep.cpp (one step),
 // TrainerCheckpoint.cpp (restore, checkpoints, model.pt), TrainerReport.cpp
 // (report). The phases' contract, Note [stopping] and the memory accounting:
 // train/Trainer.h.
@@ -69,13 +70,10 @@ class TrainerImpl {
   };
   void beginTraining();
   bool endStep(int64_t step, double stepLr, double seconds, int64_t syncsBefore, StepLoop& loop);
-  // buildStage()'s parts, in order.
+  // buildStage()'s parts, in order (with train/StageAssembly.h's).
   void connect();
   void openOutputs();
-  pipeline::Schedule rankSchedule() const;
-  void buildWorkers(const pipeline::Schedule& schedule);
   void logStages() const;
-  void buildOptimizer();
   torch::optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
   // report()'s parts (train/TrainerReport.cpp). The plan's prediction for
   // this rank's stages together: peak, the swap window it counts whole,
