@@ -4,8 +4,9 @@
 // Trainer.cpp (buildStage, with the stages assembled by train/StageAssembly.h;
 // train), TrainerStep.cpp (one step),
 // TrainerCheckpoint.cpp (restore, checkpoints, model.pt), TrainerReport.cpp
-// (report). The phases' contract, Note [stopping] and the memory accounting:
-// train/Trainer.h.
+// (report: gathering and logging; the report's numbers and text are
+// train/RunReport.h's pure functions). The phases' contract,
+// Note [stopping] and the memory accounting: train/Trainer.h.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "core/OpGraph.h"
 #include "checkpoint/Checkpoint.h"
 #include "train/RankTopology.h"
+#include "train/RunReport.h"
 #include "train/Trainer.h"
 #include "config/Config.h"
 #include "train/Evaluation.h"
@@ -75,15 +77,14 @@ class TrainerImpl {
   void openOutputs();
   void logStages() const;
   torch::optim::Optimizer& optimizer() { return optimizer_->optimizer(); }
-  // report()'s parts (train/TrainerReport.cpp). The plan's prediction for
-  // this rank's stages together: peak, the swap window it counts whole,
-  // compute seconds per micro-batch.
-  struct RankPrediction {
-    int64_t peakBytes = 0, windowBytes = 0;
-    double computeSeconds = 0;
-  };
+  // report()'s parts (train/TrainerReport.cpp): glue that gathers the
+  // inputs (worker metrics, counters, the plan, the ranks' rows) and logs
+  // what train/RunReport.h makes of them. reportCompute: logs the compile
+  // line and the compute per micro-batch, returns the measured compute
+  // (seconds); reportPrediction: the plan's prediction for this rank's
+  // stages together, logged (none without a plan).
   void reportTrace();
-  double reportCompute();  // the measured compute per micro-batch, seconds
+  double reportCompute();
   RankPrediction reportPrediction() const;
   void reportMemory(const RankPrediction& prediction, int64_t resident);
   void reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident);
@@ -91,6 +92,8 @@ class TrainerImpl {
   void freeOtherStagesTensors();
   std::vector<pipeline::MicroBatch> microBatchesFor(int64_t step) const;
   void flushLogPoint(std::vector<StepRecord>& pending, const std::vector<int64_t>& peaks);
+  // The settings table (logged with the resolved config): gathers
+  // RunSettings from the config, placement, cuts and hosts (train/TrainerReport.cpp).
   std::string settingsTable() const;
   // One step's update, or none when a gradient is not finite on some rank
   // (training.nan_policy skip; every rank decides alike). Returns the loss.
@@ -119,7 +122,9 @@ class TrainerImpl {
   std::vector<std::string> deviceTraceLines_;  // logging.trace_ops: per traced step (core/DeviceTrace.h describe)
   std::vector<std::pair<int64_t, torch::Tensor>> nanChecks_;  // (step, per-parameter finite flags), Note [lazy nan check]
   void checkNonFinite();
-  // The metrics report (end of run, and on SIGUSR2): compiles, time split, traffic, host syncs per step.
+  // The metrics report (end of run, and on SIGUSR2): compiles, time split,
+  // traffic, host syncs per step; gathers RunReport.h's MetricsNumbers from
+  // counters_, the worker and the communicators' and transfer guard's totals.
   std::string metricsReport() const;
   struct StepCounters {
     int64_t steps = 0, logSteps = 0, syncsNonLog = 0, syncsLog = 0, maxSyncsNonLog = 0;
