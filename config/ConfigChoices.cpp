@@ -33,7 +33,8 @@ const std::vector<Choice<BoundaryDtype>>& boundaryDtypeChoices() {
 const std::vector<Choice<ExecMode>>& executionChoices() {
   static const std::vector<Choice<ExecMode>> t = {
       {ExecMode::Eager, "eager", "node by node through the TorchScript interpreter"},
-      {ExecMode::Compiled, "compiled", "TorchScript's optimizing executor"}};
+      {ExecMode::Compiled, "compiled", "TorchScript's optimizing executor"},
+      {ExecMode::Graphs, "graphs", "each micro-batch slot's forward and backward captured into CUDA graphs, then replayed (job.device: cuda)"}};
   return t;
 }
 

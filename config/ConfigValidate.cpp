@@ -282,6 +282,25 @@ void validatePlanAndMemory(Config& c) {
           "memory.policy full_recompute needs pipeline.execution: eager");
 }
 
+// pipeline.execution: graphs (pipeline/StageGraphs.h): CUDA only, and none
+// of what needs autograd to run at every step.
+void validateGraphs(const Config& c) {
+  if (c.pipeline.execution != ExecMode::Graphs) return;
+  require(c.memory.policy != memory::MemoryPolicy::Plan || c.memory.budgetMb == 0,
+          "pipeline.execution: graphs does not run memory plans (swap, recompute) yet: memory.budget_mb under "
+          "memory.policy plan needs pipeline.execution: eager");
+  require(c.optimizer.name != optim::OptimizerKind::DistAdam || c.optimizer.distAdamMode != optim::DistAdamMode::Hooks,
+          "optimizer.dist_adam.mode hooks starts its reduce-scatters from autograd's gradient accumulation, which a "
+          "replayed CUDA graph does not run: use optimizer.dist_adam.mode after_backward with pipeline.execution: "
+          "graphs");
+  require(!c.logging.measureMemory,
+          "logging.measure_memory counts the tensors autograd saves as it saves them, which a replayed CUDA graph "
+          "does not: turn it off with pipeline.execution: graphs");
+  require(c.job.device == DeviceKind::Cuda,
+          "pipeline.execution: graphs captures CUDA graphs and needs job.device: cuda (this job runs on " +
+              std::string(deviceKindName(c.job.device)) + "); use pipeline.execution: eager");
+}
+
 void validateRunSettings(Config& c) {
   require(c.logging.interval >= 1, "logging.interval must be >= 1, got " + std::to_string(c.logging.interval));
   auto& ck = c.checkpoint;
@@ -374,6 +393,7 @@ void validateConfig(Config& c) {
   validateChunksAndCuts(c);
   validateOptimizer(c);
   validatePlanAndMemory(c);
+  validateGraphs(c);
   validateRunSettings(c);
 }
 

@@ -56,8 +56,18 @@ bool drawsRandom(const torch::jit::Node* node) {
   return true;
 }
 
-RandomKeyScope::RandomKeyScope(const RandomKey& key, c10::Device device)
-    : key_(key), device_(device), previous_(active) {
+std::vector<int> randomStreamIds(const torch::jit::Graph& graph, const std::vector<int>& streamIds) {
+  std::vector<int> out;
+  size_t pos = 0;
+  for (const auto* node : graph.nodes()) {
+    if (pos < streamIds.size() && streamIds[pos] >= 0 && drawsRandom(node)) out.push_back(streamIds[pos]);
+    ++pos;
+  }
+  return out;
+}
+
+RandomKeyScope::RandomKeyScope(const RandomKey& key, c10::Device device, RandomNodeHook* hook)
+    : key_(key), device_(device), hook_(hook), previous_(active) {
   active = this;
 }
 
@@ -67,6 +77,10 @@ const RandomKey* activeRandomKey() { return active ? &active->key_ : nullptr; }
 
 bool seedForNode(int64_t node) {
   if (!active) return false;
+  if (active->hook_) {
+    active->hook_->beforeRandomNode(node);
+    return true;
+  }
   auto gen = at::globalContext().defaultGenerator(active->device_);
   std::lock_guard<std::mutex> lock(gen.mutex());
   // CPU: mt19937 reseeded (and its cached normal samples dropped); CUDA:

@@ -25,7 +25,12 @@
 //
 // Compiled execution (a TorchScript GraphFunction) gives no hook between
 // nodes, so a stage that draws random numbers must run eager
-// (StageModule refuses it).
+// (StageModule refuses it). A CUDA graph capture (pipeline.execution:
+// graphs, pipeline/StageGraphs.h) cannot reseed a generator while it
+// captures: it installs a RandomNodeHook, which seedForNode calls instead
+// (the capture gives each random node a generator of its own, reseeded with
+// the node's stream seed before every replay: the same Philox key and
+// offset 0 as eager).
 //
 //   RandomKeyScope scope({seed, step, microBatch}, device);
 //   program.run(inputs);  // each random node draws from its own stream
@@ -35,12 +40,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torch::jit {
+struct Graph;
 struct Node;
 }  // namespace torch::jit
 
 namespace sluice {
+
+// Called before each random node runs while its scope is active, in place
+// of reseeding the device's default generator.
+class RandomNodeHook {
+ public:
+  virtual ~RandomNodeHook() = default;
+  virtual void beforeRandomNode(int64_t node) = 0;
+};
 
 struct RandomKey {
   uint64_t seed = 0;        // job.seed
@@ -57,12 +72,16 @@ bool isRandomOp(const std::string& op);
 // isRandomOp, less the dropouts whose train flag or probability is a
 // constant that makes them draw nothing (graphs captured in eval mode).
 bool drawsRandom(const torch::jit::Node* node);
+// The stream ids (streamIds[position]) of `graph`'s nodes that draw random
+// numbers, in node order; positions without an id (-1) are left out.
+std::vector<int> randomStreamIds(const torch::jit::Graph& graph, const std::vector<int>& streamIds);
 
 // Makes `key` the thread's active key for `device`'s generator until
-// destroyed (scopes nest; the previous one comes back).
+// destroyed (scopes nest; the previous one comes back). With a hook,
+// seedForNode calls it instead of reseeding.
 class RandomKeyScope {
  public:
-  RandomKeyScope(const RandomKey& key, c10::Device device);
+  RandomKeyScope(const RandomKey& key, c10::Device device, RandomNodeHook* hook = nullptr);
   ~RandomKeyScope();
   RandomKeyScope(const RandomKeyScope&) = delete;
   RandomKeyScope& operator=(const RandomKeyScope&) = delete;
@@ -72,13 +91,14 @@ class RandomKeyScope {
   friend bool seedForNode(int64_t node);
   RandomKey key_;
   c10::Device device_;
+  RandomNodeHook* hook_;
   const RandomKeyScope* previous_;
 };
 
 // The active key, or nullptr.
 const RandomKey* activeRandomKey();
-// Seeds the active device's default generator with streamSeed(key, node);
-// false (and nothing done) when no key is active.
+// Seeds the active device's default generator with streamSeed(key, node)
+// (or calls the scope's hook); false (and nothing done) when no key is active.
 bool seedForNode(int64_t node);
 
 }  // namespace sluice

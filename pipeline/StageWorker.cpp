@@ -1,4 +1,5 @@
 #include "pipeline/StageWorker.h"
+#include "pipeline/StageWorkerInFlight.h"
 
 #include "core/HostSync.h"
 #include "pipeline/RankWorker.h"
@@ -42,26 +43,14 @@ torch::Tensor StageWorker::fromWire(const torch::Tensor& t, const ValueInfo& v) 
   return t.to(v.dtype);  // itself when the wire kept the graph's dtype
 }
 
-// State of one micro-batch between its forward and its backward.
-struct StageWorker::InFlight {
-  std::vector<torch::Tensor> inputs;                // boundary inputs (leaves when they need grad)
-  std::vector<torch::Tensor> outputs;               // stage outputs, until sent
-  std::vector<torch::autograd::Edge> outputEdges;   // where each output's gradient enters autograd
-  torch::Tensor loss;                               // last stage only
-  std::vector<RecvWork> activationRecvs;
-  std::vector<RecvWork> gradRecvs;
-  bool activationsPosted = false, gradsPosted = false;
-  std::vector<torch::Tensor> outputGrads;
-  std::unique_ptr<BackwardSplit> split;  // between BackwardInput and BackwardWeight
-  std::vector<torch::Tensor> inputGrads;  // from BackwardInput, until sent
-};
 
 StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Communicator pipelineComm,
                          Schedule schedule, LossFn lossFn, ExecMode mode, std::vector<Communicator> boundaryComms,
                          c10::Device device)
     : stage_(std::move(stage)), params_(std::move(params)), device_(device), comm_(std::move(pipelineComm)),
       schedule_(std::move(schedule)), lossFn_(std::move(lossFn)),
-      module_(stage_.graph, "stage" + std::to_string(stage_.index), mode, {}, stage_.nodeIndex) {
+      module_(stage_.graph, "stage" + std::to_string(stage_.index), mode == ExecMode::Graphs ? ExecMode::Eager : mode,
+              {}, stage_.nodeIndex) {
   SLUICE_CHECK(params_.size() == stage_.paramInputs.size(), GraphError,
                "stage " << stage_.index << " needs " << stage_.paramInputs.size() << " parameters, got "
                         << params_.size());
@@ -92,13 +81,17 @@ StageWorker::StageWorker(StageGraph stage, std::vector<torch::Tensor> params, Co
   if (s < schedule_.stages - 1) nextRank_ = schedule_.rankOf(s + 1);
   for (auto& v : stage_.boundaryInputs) inputNeedsGrad_.push_back(!isFirst() && needsGrad(v));
   for (auto& v : stage_.outputs) outputNeedsGrad_.push_back(!isLast() && needsGrad(v));
+  if (mode == ExecMode::Graphs) {  // captured node by node as eager runs (Note [graphed stages])
+    graphs_ = makeStageGraphs(device_, "stage " + std::to_string(s), randomStreamIds(*stage_.graph, stage_.nodeIndex),
+                              outputNeedsGrad_);
+  }
 }
 
 StageWorker::~StageWorker() = default;
 
 void StageWorker::setMemoryPlan(memory::MemoryPlan plan, const std::string& swapDir,
                                 std::shared_ptr<memory::SwapEngine> engine) {
-  SLUICE_CHECK(module_.mode() == ExecMode::Eager, GraphError,
+  SLUICE_CHECK(module_.mode() == ExecMode::Eager && !graphs_, GraphError,
                "stage " << stage_.index << ": a memory plan (swap, recompute) needs pipeline.execution: eager");
   memory::StageMemoryOptions options;
   options.plan = std::move(plan);
@@ -174,6 +167,13 @@ std::vector<torch::Tensor> StageWorker::firstStageInputs(const MicroBatch& data)
 }
 
 void StageWorker::forward(int mb, InFlight& st, const MicroBatch& data, torch::Tensor& lossSum) {
+  if (graphs_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    graphedForward(mb, st, data, lossSum);
+    times_.forwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.forwards;
+    return;
+  }
   const int m = schedule_.microBatches;
   if (isFirst()) st.inputs = firstStageInputs(data);
   std::vector<torch::Tensor> in = st.inputs;
@@ -275,6 +275,11 @@ void StageWorker::prefetch(const Action& a) {
 
 void StageWorker::backwardInput(int mb, InFlight& st, bool weightNext) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (graphs_) {  // the whole backward; W accumulates (Note [graphed stages])
+    graphedBackward(st);
+    times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   // Without an input that needs a gradient (the first stage), the input half
   // computes nothing and reads no saved tensor: nothing to fetch or give back.
   const bool reads = memory_ && inputHalfReads();
@@ -291,6 +296,12 @@ void StageWorker::backwardInput(int mb, InFlight& st, bool weightNext) {
 
 void StageWorker::backwardWeight(int mb, InFlight& st) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (graphs_) {
+    graphedWeights(mb, st);
+    times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.backwards;
+    return;
+  }
   if (memory_) memory_->beginBackward(mb);
   st.split->runWeight();
   st.split.reset();
@@ -301,6 +312,13 @@ void StageWorker::backwardWeight(int mb, InFlight& st) {
 
 void StageWorker::backward(int mb, InFlight& st) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (graphs_) {
+    graphedBackward(st);
+    graphedWeights(mb, st);
+    times_.backwardSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++times_.backwards;
+    return;
+  }
   if (memory_) memory_->beginBackward(mb);
   if (isLast()) {
     if (lossScale_ == 1) {

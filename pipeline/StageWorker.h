@@ -35,7 +35,10 @@
 // - Each micro-batch's forward runs under its random key (MicroBatch::random,
 //   Note [random streams]): random nodes draw the same numbers on any split,
 //   schedule and memory plan. A stage that draws random numbers must run
-//   eager (ExecMode::Eager).
+//   eager or graphs (not ExecMode::Compiled).
+// - ExecMode::Graphs (CUDA): each micro-batch's forward and backward replay
+//   CUDA graphs captured per slot on first use (Note [graphed stages],
+//   StageGraphs.h); no memory plan.
 // - Each micro-batch's loss is lossFn(output, target) / microBatches, so the
 //   accumulated gradient is that of the mean loss over the step's batch, and
 //   the returned loss (last stage only; undefined elsewhere) is that mean,
@@ -69,6 +72,7 @@
 #include "memory/StageMemory.h"
 #include "pipeline/BackwardSplit.h"
 #include "pipeline/Schedule.h"
+#include "pipeline/StageGraphs.h"
 #include "core/Trace.h"
 
 namespace sluice::pipeline {
@@ -174,6 +178,9 @@ class StageWorker {
   const StageGraph& stage() const { return stage_; }
   const StageModule& module() const { return module_; }
   const ComputeTimes& computeTimes() const { return times_; }
+  // pipeline.execution: graphs: CUDA graphs captured so far, and the slots they serve (0 otherwise).
+  int graphsCaptured() const { return graphs_ ? graphs_->graphsCaptured() : 0; }
+  int graphSlots() const { return slots_.size(); }
   // Count saved-tensor bytes of this stage's forwards with `counter` (nullptr: off):
   // what its nodes save, less its inputs (the plan holds those as boundary bytes).
   void measureSavedBytes(memory::LiveSavedBytes* counter) { savedBytes_ = counter; }
@@ -193,6 +200,10 @@ class StageWorker {
   void backward(int mb, InFlight& st);
   void backwardInput(int mb, InFlight& st, bool weightNext);
   void backwardWeight(int mb, InFlight& st);
+  // pipeline.execution: graphs (StageWorkerGraphs.cpp, Note [graphed stages] in StageGraphs.h).
+  void graphedForward(int mb, InFlight& st, const MicroBatch& data, at::Tensor& lossSum);
+  void graphedBackward(InFlight& st);
+  void graphedWeights(int mb, InFlight& st);
   void receiveActivations(const Action& a, InFlight& st);
   void sendActivations(const Action& a, InFlight& st);
   void receiveGrads(const Action& a, InFlight& st);
@@ -216,6 +227,8 @@ class StageWorker {
   ComputeTimes times_;
   memory::LiveSavedBytes* savedBytes_ = nullptr;
   std::unique_ptr<memory::StageMemory> memory_;
+  std::unique_ptr<StageGraphs> graphs_;  // pipeline.execution: graphs
+  SlotPool slots_;
   std::vector<Work> sends_;
   std::vector<InFlight> state_;  // per micro-batch, during a step
   const std::vector<MicroBatch>* microBatches_ = nullptr;

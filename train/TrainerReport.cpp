@@ -123,6 +123,14 @@ double TrainerImpl::reportCompute() {
   // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
   log::info(compileLine(stageIndex_, choiceName(executionChoices(), c_.pipeline.execution),
                         workerCounts(worker_->metrics())));
+  if (c_.pipeline.execution == ExecMode::Graphs) {  // Note [graphed stages]
+    for (size_t i = 0; i < worker_->size(); ++i) {
+      const auto& stage = worker_->stage(i);
+      log::info("stage " + std::to_string(stage.stage().index) + " CUDA graphs: " +
+                std::to_string(stage.graphsCaptured()) + " captured for " + std::to_string(stage.graphSlots()) +
+                " micro-batch slots");
+    }
+  }
   std::vector<ComputeTotals> steps;
   for (const auto& t : stepCompute_) steps.push_back(computeTotals(t));
   const auto medians = computePerMicroBatch(computeTotals(warm_), steps, static_cast<int>(stages_.size()));

@@ -5,6 +5,8 @@
 # staging; kernels are deterministic on CUDA (the Trainer turns PyTorch's
 # deterministic algorithms on), dropout is on. The quickstart's GPT, small:
 # - fp32: 2 stages (1F1B) give bitwise the 1-stage losses, as on the CPU;
+# - pipeline.execution: graphs (Note [graphed stages], pipeline/StageGraphs.h):
+#   1 stage, and 2 stages under 1F1B and zb-h1, bitwise the eager losses;
 # - bf16 (CUDA autocast captured, Note [bf16 by capture]): 2 stages under
 #   zb-h1 bitwise equal 1 stage;
 # - fp16 with dynamic loss scaling (Note [fp16 loss scaling],
@@ -33,6 +35,16 @@ train f32_one --set pipeline.stages=1
 train f32_two --set pipeline.stages=2
 grep -q "device: cuda:0" "$TMP/f32_one.log" || { cat "$TMP/f32_one.log"; fail "f32_one did not say it runs on cuda"; }
 compare_losses "$TMP/f32_one" "$TMP/f32_two" 10 0
+
+graphs=(--set pipeline.execution=graphs)
+train graphs_one --set pipeline.stages=1 "${graphs[@]}"
+train graphs_two --set pipeline.stages=2 "${graphs[@]}"
+train graphs_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 "${graphs[@]}"
+compare_losses "$TMP/f32_one" "$TMP/graphs_one" 10 0
+compare_losses "$TMP/f32_one" "$TMP/graphs_two" 10 0
+compare_losses "$TMP/f32_one" "$TMP/graphs_zb" 10 0
+grep -q "stage 0 CUDA graphs: [1-9][0-9]* captured for 2 micro-batch slots" "$TMP/graphs_two/logs/rank_0.log" ||
+  { cat "$TMP/graphs_two/logs/rank_0.log"; fail "graphs_two: stage 0 did not capture graphs for its 2 slots"; }
 
 train bf16_one --set pipeline.stages=1 --set training.precision=bf16
 train bf16_zb --set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set training.precision=bf16

@@ -238,6 +238,17 @@ const Malformed kMalformed[] = {
                   "checkpoint.resume '/no/such/checkpoint' is neither auto, none nor an existing checkpoint directory"},
         Malformed{"resume from an empty path", {"checkpoint.resume=''"}, nullptr,
                   "checkpoint.resume must be auto, none or a checkpoint directory"},
+        // pipeline.execution: graphs (pipeline/StageGraphs.h): CUDA only, and not with what needs autograd each step.
+        Malformed{"graphs on cpu", {"pipeline.execution=graphs"}, nullptr,
+                  "pipeline.execution: graphs captures CUDA graphs and needs job.device: cuda (this job runs on cpu); "
+                  "use pipeline.execution: eager"},
+        Malformed{"graphs with a memory budget", {"pipeline.execution=graphs", "memory.budget_mb=100"}, nullptr,
+                  "pipeline.execution: graphs does not run memory plans (swap, recompute) yet"},
+        Malformed{"graphs with DistAdam's hooks",
+                  {"pipeline.execution=graphs", "optimizer.name=dist_adam", "optimizer.dist_adam.mode=hooks"}, nullptr,
+                  "optimizer.dist_adam.mode hooks starts its reduce-scatters from autograd's gradient accumulation"},
+        Malformed{"graphs measuring memory", {"pipeline.execution=graphs", "logging.measure_memory=true"}, nullptr,
+                  "logging.measure_memory counts the tensors autograd saves as it saves them"},
         Malformed{"negative restarts", {"cluster.max_restarts=-2"}, nullptr, "cluster.max_restarts must be >= 0"},
         Malformed{"unknown cluster key", {"cluster.timeout=5"}, nullptr, "unknown key 'cluster.timeout'"},
         // Probes with bad input (once launches of the binary in tests/cli/bad_config.sh).

@@ -5,6 +5,7 @@
 // cannot key nodes, is refused for a graph that draws.
 #include <gtest/gtest.h>
 
+#include <ATen/Context.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include "core/Capture.h"
@@ -96,6 +97,47 @@ TEST(RandomStream, ScopesNestAndSeedsMixEveryWord) {
     EXPECT_TRUE(seedForNode(0));
   }
   EXPECT_FALSE(seedForNode(0));
+}
+
+// A CUDA graph capture cannot reseed a generator (pipeline/StageGraphs.h):
+// under a scope with a hook, each random node calls the hook, in node order,
+// with its stream id, and the generator is left as it was.
+TEST(RandomStream, AHookStandsInForTheReseedOfEveryRandomNode) {
+  struct Recorder final : RandomNodeHook {
+    std::vector<int64_t> nodes;
+    void beforeRandomNode(int64_t node) override { nodes.push_back(node); }
+  };
+  DropoutGpt m;
+  auto stage = splitGraph(*m.graph, {}).at(0);
+  const auto expected = randomStreamIds(*stage.graph, stage.nodeIndex);
+  ASSERT_FALSE(expected.empty()) << "the GPT draws (dropout 0.5)";
+  StageModule module(stage.graph, "stage0", ExecMode::Eager, {}, stage.nodeIndex);
+  std::vector<torch::Tensor> in{m.tokens};
+  for (auto& p : tensorsByName(*m.gpt, stage.paramInputs)) in.push_back(p);
+  torch::NoGradGuard noGrad;
+  auto cpu = at::globalContext().defaultGenerator(c10::kCPU);
+  torch::manual_seed(1234);
+  Recorder hook;
+  {
+    RandomKeyScope scope({1, 2, 3}, c10::kCPU, &hook);
+    module.forward(in);
+  }
+  EXPECT_EQ(hook.nodes, std::vector<int64_t>(expected.begin(), expected.end()));
+  EXPECT_EQ(cpu.current_seed(), 1234u) << "the hook stands in for the reseed";
+  {
+    RandomKeyScope scope({1, 2, 3}, c10::kCPU);
+    module.forward(in);
+  }
+  EXPECT_NE(cpu.current_seed(), 1234u) << "without a hook each random node reseeds";
+  // Positions without a stream id are left out.
+  auto ids = stage.nodeIndex;
+  size_t pos = 0;
+  for (auto* node : stage.graph->nodes()) {
+    if (drawsRandom(node)) break;
+    ++pos;
+  }
+  ids[pos] = -1;
+  EXPECT_EQ(randomStreamIds(*stage.graph, ids), std::vector<int>(expected.begin() + 1, expected.end()));
 }
 
 TEST(RandomStream, CompiledExecutionOfAGraphThatDrawsIsRefusedNamingTheFix) {
