@@ -60,6 +60,7 @@ struct PlanSettings {
   int64_t distAdamBucketBytes = 25ll << 20;  // its buckets' cap (optimizer.dist_adam.bucket_mb)
   memory::MemoryPolicy policy = memory::MemoryPolicy::Plan;  // plan | none | full_recompute
   bool swap = true;                // a swap tier is available (memory.swap_dir)
+  bool graphs = false;             // pipeline.execution: graphs: peaks count the graph pools (Note [graph pools], Prediction.cpp)
   int64_t swapWindowBytes = 0;     // the swap window: these bytes ...
   double swapWindowShare = 0.125;  // ... + this share of the budget (64 MiB without a budget)
   // Told each planning phase as it starts ("relaxed shares 1.6x", "refining

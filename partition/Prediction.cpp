@@ -272,6 +272,28 @@ PlanStage planStageOf(const StageCost& s, const StageGraph& piece, const Predict
 
 }  // namespace
 
+namespace {
+
+// Note [graph pools]: under pipeline.execution: graphs (Note [graphed
+// stages], pipeline/StageGraphs.h) a stage keeps one set of graphs per
+// micro-batch slot, and each slot's memory pool keeps, for the whole run,
+// everything its capture allocated: the micro-batch's held bytes (received
+// inputs, kept saved tensors, the loss's), the peak of its temporaries (a
+// pool is not given back between replays), its static outputs and their
+// gradients' seeds, its inputs' gradients and its parameters' gradients.
+// The stage holds as many slots as the schedule keeps micro-batches in
+// flight from F to the end of their backward (W when split). A model of
+// what the capture allocates, not yet measured on a GPU.
+int64_t graphedPeakBytes(const Problem& p, const StageCost& s, int slots) {
+  const bool first = s.first == 0, last = s.end == p.numNodes();
+  const int64_t outputs = last ? 0 : 2 * p.cutBytes.at(static_cast<size_t>(s.end));
+  const int64_t inputGrads = first ? 0 : s.boundaryBytes;
+  const int64_t perSlot = s.heldBytes + s.transientBytes + outputs + inputGrads + s.paramBytes;
+  return s.staticBytes + static_cast<int64_t>(slots) * perSlot;
+}
+
+}  // namespace
+
 std::vector<int64_t> rankBounds(const PlanSettings& st, const Profile& profile, const Partition& part, const Problem& p) {
   return rankMemory(scheduleFor(st, fittedCosts(st, profile, part, p)), part, &p);
 }
@@ -300,14 +322,17 @@ Plan toPlan(const OpGraph& graph, const Profile& profile, const PlanSettings& st
   if (costs) plan.scheduleComm = costs->comm;
   plan.simulatedCosts = scheduleCostsOf(profile, part, problem);
   double busy = 0;
+  const auto slots = st.graphs ? pipeline::peakInFlight(scheduleFor(st, costs)) : std::vector<int>();
   for (auto& s : part.stages) {
     PlanStage ps = planStageOf(s, split[s.stage], predicted, refill, costs);
+    if (st.graphs) ps.peakBytes = graphedPeakBytes(problem, s, slots.at(static_cast<size_t>(s.stage)));
     addDecisions(plan, graph, problem, s);
     // Simulated schedules count communication as latency, not as busy time.
     busy += st.microBatches * ((problem.inFlightPerStage.empty() ? s.time : s.time - s.comm) + ps.refill);
     plan.stages.push_back(std::move(ps));
   }
-  if (!problem.inFlightPerStage.empty() && st.chunks > 1) setRankPeaks(plan, part, st, costs);
+  // (Graphed stages keep their pools all run long: a rank's peak is its stages' sum, Note [graph pools].)
+  if (!problem.inFlightPerStage.empty() && st.chunks > 1 && !st.graphs) setRankPeaks(plan, part, st, costs);
   // Idle share of the step, averaged over ranks.
   plan.bubbleFraction = plan.stepTime > 0 ? 1.0 - busy / (st.stages * plan.stepTime) : 0.0;
   return plan;

@@ -101,6 +101,7 @@ partition::PlanSettings planSettings(const Config& c) {
   s.distAdamBucketBytes = static_cast<int64_t>(c.optimizer.distAdamBucketMb * 1048576.0);
   s.policy = c.memory.policy;
   s.swap = c.memory.swap;
+  s.graphs = c.pipeline.execution == ExecMode::Graphs;
   // memory.swap_window_mb, or (0) an eighth of the budget, whatever the budget becomes.
   s.swapWindowBytes = c.memory.swapWindowMb > 0 ? static_cast<int64_t>(c.memory.swapWindowMb * 1048576.0) : 0;
   s.swapWindowShare = c.memory.swapWindowMb > 0 ? 0.0 : 0.125;
