@@ -29,7 +29,42 @@ struct Captured {
   std::vector<at::Tensor> inputGrads;   // per input (undefined where none)
   std::vector<at::Tensor> paramGrads;   // per distinct trainable leaf (undefined where unused)
   std::vector<size_t> leafEntry;        // per distinct trainable leaf: its first entry in paramLeaves
+  size_t entries = 0;                   // paramLeaves.size() at capture
   std::unique_ptr<at::cuda::CUDAGraph> forward, backward;
+};
+
+// Thread-local: only this thread's unsafe CUDA calls break a capture, not
+// other threads' (the NCCL watchdog's event queries, the swap engine's).
+constexpr cudaStreamCaptureMode kCaptureMode = cudaStreamCaptureModeThreadLocal;
+
+// A capture that failed part way: the stream leaves capture mode (the graph
+// is dropped). The run cannot go on after it (the generators' states stay
+// in capture mode): the caller rethrows, and the job ends with the cause.
+void endFailedCapture(at::cuda::CUDAGraph& graph) {
+  try {
+    graph.capture_end();
+  } catch (...) {
+  }
+}
+
+// Buffers (entries that need no gradient, e.g. BatchNorm's running
+// statistics) as they were, put back after the warm-ups, which update them
+// in place: eager's forwards update them once per micro-batch, and so do replays.
+class BufferSnapshot {
+ public:
+  explicit BufferSnapshot(const std::vector<at::Tensor>& entries) {
+    torch::NoGradGuard noGrad;
+    for (const auto& t : entries) {
+      if (!t.requires_grad()) saved_.emplace_back(t, t.clone());
+    }
+  }
+  void restore() {
+    torch::NoGradGuard noGrad;
+    for (auto& [buffer, copy] : saved_) buffer.copy_(copy);
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;
 };
 
 std::string signatureOf(const std::vector<at::Tensor>& inputs) {
@@ -51,6 +86,7 @@ class SwapInNodeGenerators final : public RandomNodeHook {
     auto it = index_.find(node);
     SLUICE_CHECK(it != index_.end(), GraphError,
                  "CUDA graph capture: random node " << node << " has no generator of its own (internal error)");
+    std::lock_guard<std::mutex> lock(default_.mutex());
     default_.graphsafe_set_state(generators_[it->second]);
   }
 
@@ -59,6 +95,11 @@ class SwapInNodeGenerators final : public RandomNodeHook {
   const std::vector<at::Generator>& generators_;
   std::unordered_map<int64_t, size_t> index_;
 };
+
+void restoreState(at::Generator& generator, const at::Generator& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.graphsafe_set_state(state);
+}
 
 class CudaStageGraphs final : public StageGraphs {
  public:
@@ -114,6 +155,9 @@ class CudaStageGraphs final : public StageGraphs {
 
   void accumulateWeights(int slot, const std::vector<at::Tensor>& paramLeaves) override {
     Captured& c = slotGraphs(slot);
+    SLUICE_CHECK(paramLeaves.size() == c.entries, GraphError,
+                 name_ << ": " << paramLeaves.size() << " parameter entries, but the graphs were captured with "
+                       << c.entries << " (internal error)");
     torch::NoGradGuard noGrad;
     for (size_t j = 0; j < c.paramGrads.size(); ++j) {
       if (!c.paramGrads[j].defined()) continue;  // not reached: eager leaves its .grad alone too
@@ -121,8 +165,10 @@ class CudaStageGraphs final : public StageGraphs {
       auto& grad = leaf.mutable_grad();
       if (grad.defined()) {
         grad.add_(c.paramGrads[j]);
+      } else if (leaf.is_non_overlapping_and_dense()) {  // the parameter's strides, as AccumulateGrad gives
+        grad = at::empty_strided(leaf.sizes(), leaf.strides(), c.paramGrads[j].options()).copy_(c.paramGrads[j]);
       } else {
-        grad = c.paramGrads[j].clone();
+        grad = c.paramGrads[j].clone(at::MemoryFormat::Contiguous);
       }
     }
   }
@@ -188,9 +234,15 @@ void CudaStageGraphs::captureBackward(Captured& c, const std::vector<at::Tensor>
   c.paramGrads.assign(leaves.size(), at::Tensor());
   if (roots.empty() || targets.empty()) return;
   c.backward = std::make_unique<at::cuda::CUDAGraph>();
-  c.backward->capture_begin(c.forward->pool());
-  const auto grads = torch::autograd::grad(roots, targets, seeds, /*retain_graph=*/true, /*create_graph=*/false,
-                                           /*allow_unused=*/true);
+  c.backward->capture_begin(c.forward->pool(), kCaptureMode);
+  std::vector<at::Tensor> grads;
+  try {
+    grads = torch::autograd::grad(roots, targets, seeds, /*retain_graph=*/true, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+  } catch (...) {
+    endFailedCapture(*c.backward);
+    throw;
+  }
   c.backward->capture_end();
   ++captures_;
   size_t k = 0;
@@ -205,6 +257,7 @@ std::unique_ptr<Captured> CudaStageGraphs::capture(const std::vector<at::Tensor>
                                                    const StageForwardFn& run) {
   auto c = std::make_unique<Captured>();
   for (const auto& t : inputs) c->inputs.push_back(t.detach().clone().requires_grad_(t.requires_grad()));
+  c->entries = paramLeaves.size();
   std::vector<at::Tensor> leaves;  // the distinct trainable ones (an entry may repeat a tensor)
   std::map<const c10::TensorImpl*, size_t> seen;
   for (size_t i = 0; i < paramLeaves.size(); ++i) {
@@ -219,6 +272,7 @@ std::unique_ptr<Captured> CudaStageGraphs::capture(const std::vector<at::Tensor>
   ready.block(side_);
   {
     c10::cuda::CUDAStreamGuard onSide(side_);
+    BufferSnapshot buffers(paramLeaves);
     for (int w = 0; w < kWarmups; ++w) {  // libraries' lazy set-up (workspaces, handles) before capture
       RandomKeyScope scope(key, device_);
       Captured warm;
@@ -230,11 +284,12 @@ std::unique_ptr<Captured> CudaStageGraphs::capture(const std::vector<at::Tensor>
       const auto targets = gradientTargets(warm, leaves);
       if (!roots.empty() && !targets.empty()) torch::autograd::grad(roots, targets, seeds, false, false, true);
     }
+    buffers.restore();
     c->forward = std::make_unique<at::cuda::CUDAGraph>();
     for (const auto& g : generators_) c->forward->register_generator_state(g);
     auto defaultGenerator = at::cuda::detail::getDefaultCUDAGenerator(device_.index());
     const auto ownState = defaultGenerator.graphsafe_get_state();
-    c->forward->capture_begin();
+    c->forward->capture_begin({0, 0}, kCaptureMode);
     try {
       SwapInNodeGenerators hook(defaultGenerator, randomNodes_, generators_);
       RandomKeyScope scope(key, device_, &hook);
@@ -242,15 +297,12 @@ std::unique_ptr<Captured> CudaStageGraphs::capture(const std::vector<at::Tensor>
       c->outputs = std::move(f.outputs);
       c->loss = f.loss;
     } catch (...) {
-      defaultGenerator.graphsafe_set_state(ownState);
-      try {
-        c->forward->capture_end();  // ends the stream's capture; the graph is dropped
-      } catch (...) {
-      }
+      restoreState(defaultGenerator, ownState);
+      endFailedCapture(*c->forward);
       throw;
     }
+    restoreState(defaultGenerator, ownState);  // before capture_end, which may throw
     c->forward->capture_end();
-    defaultGenerator.graphsafe_set_state(ownState);
     ++captures_;
     captureBackward(*c, leaves);
   }

@@ -16,7 +16,13 @@
 //   trainable parameters) into a second, in the first's memory pool. A slot's
 //   graphs replay in the order they were captured (forward, then backward),
 //   so they share the pool safely; slots do not share pools, as the
-//   schedule interleaves them.
+//   schedule interleaves them. The warm-ups' updates of buffers (BatchNorm's
+//   running statistics) are undone, so buffers change once per micro-batch
+//   as in eager. Captures run in thread-local mode (other threads' CUDA
+//   calls, the NCCL watchdog's, do not break them). A capture that fails
+//   ends the job with its cause: the generators are left in capture mode,
+//   so there is no falling back to eager. Ops that cannot be captured
+//   (aten::multinomial, anything that reads a tensor on the host) fail so.
 // - Replay. A forward copies its inputs into the slot's static inputs and
 //   replays; a backward copies the output gradients (or the loss scale) into
 //   the slot's static seeds and replays, leaving the inputs' gradients and
