@@ -67,6 +67,23 @@ ComputeMedians computePerMicroBatch(const ComputeTotals& warm, const std::vector
   return m;
 }
 
+std::string computeTermsLine(int stage, const ComputeMedians& measured, const RankPrediction& predicted) {
+  if (predicted.computeSeconds <= 0) return "";
+  const auto& ps = predicted.together;
+  const double forward = ps.forward + ps.loss, backward = ps.backward + ps.recompute + ps.swap;
+  auto off = [](double m, double p) { return p > 0 ? std::fabs(m - p) / p : 0.0; };
+  const bool forwardFurther = off(measured.forwardSeconds, forward) >= off(measured.backwardSeconds, backward);
+  char buf[600];
+  std::snprintf(buf, sizeof(buf),
+                "stage %d compute against the plan: forward (with the loss) %.3f ms measured, %.3f predicted (%s); "
+                "backward (with recompute and swap stalls) %.3f ms measured, %.3f predicted (%s); refill after "
+                "waits %.3f ms predicted, in either; furthest off: the %s",
+                stage, 1e3 * measured.forwardSeconds, 1e3 * forward, percentOff(measured.forwardSeconds, forward).c_str(),
+                1e3 * measured.backwardSeconds, 1e3 * backward, percentOff(measured.backwardSeconds, backward).c_str(),
+                1e3 * ps.refill, forwardFurther ? "forward" : "backward");
+  return buf;
+}
+
 std::string computeLine(int stage, const ComputeMedians& medians, int64_t warmSteps) {
   char buf[600];
   std::snprintf(buf, sizeof(buf),

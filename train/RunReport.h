@@ -69,6 +69,12 @@ struct ComputeMedians {
 ComputeMedians computePerMicroBatch(const ComputeTotals& warm, const std::vector<ComputeTotals>& steps,
                                     int stagesOnRank);
 std::string computeLine(int stage, const ComputeMedians& medians, int64_t warmSteps);
+// The rank's compute against the plan's, term by term, so a gap names its
+// term: the forward (with the loss) and the backward (with recompute and
+// swap stalls), each measured against its prediction, and which is further
+// off; refill after waits is charged to neither (it lengthens whichever
+// action followed a wait). "" without a prediction.
+std::string computeTermsLine(int stage, const ComputeMedians& measured, const RankPrediction& predicted);
 
 // The rank worker's compile counts (core's StageMetrics, as plain numbers).
 struct WorkerCounts {

@@ -80,11 +80,10 @@ class TrainerImpl {
   // report()'s parts (train/TrainerReport.cpp): glue that gathers the
   // inputs (worker metrics, counters, the plan, the ranks' rows) and logs
   // what train/RunReport.h makes of them. reportCompute: logs the compile
-  // line and the compute per micro-batch, returns the measured compute
-  // (seconds); reportPrediction: the plan's prediction for this rank's
+  // line and the compute per micro-batch, returns its medians; reportPrediction: the plan's prediction for this rank's
   // stages together, logged (none without a plan).
   void reportTrace();
-  double reportCompute();
+  ComputeMedians reportCompute();
   RankPrediction reportPrediction() const;
   void reportMemory(const RankPrediction& prediction, int64_t resident);
   void reportRankTables(double measuredCompute, const RankPrediction& prediction, int64_t resident);

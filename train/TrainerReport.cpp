@@ -84,8 +84,10 @@ std::string TrainerImpl::metricsReport() const {
 void TrainerImpl::report() {
   log::info(metricsReport());
   reportTrace();
-  const double measuredCompute = reportCompute();
+  const auto measured = reportCompute();
   const auto predicted = reportPrediction();
+  if (const auto terms = computeTermsLine(stageIndex_, measured, predicted); !terms.empty()) log::info(terms);
+  const double measuredCompute = measured.computeSeconds;
   const int64_t resident = memory::residentPeakBytes();
   reportMemory(predicted, resident);
   reportRankTables(measuredCompute, predicted, resident);
@@ -119,7 +121,7 @@ void TrainerImpl::reportTrace() {
   }
 }
 
-double TrainerImpl::reportCompute() {
+ComputeMedians TrainerImpl::reportCompute() {
   // Per pipeline rank: with interleaved stages, the sums over the rank's stages.
   log::info(compileLine(stageIndex_, choiceName(executionChoices(), c_.pipeline.execution),
                         workerCounts(worker_->metrics())));
@@ -135,7 +137,7 @@ double TrainerImpl::reportCompute() {
   for (const auto& t : stepCompute_) steps.push_back(computeTotals(t));
   const auto medians = computePerMicroBatch(computeTotals(warm_), steps, static_cast<int>(stages_.size()));
   log::info(computeLine(stageIndex_, medians, warmSteps_));
-  return medians.computeSeconds;
+  return medians;
 }
 
 RankPrediction TrainerImpl::reportPrediction() const {

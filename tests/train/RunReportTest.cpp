@@ -79,6 +79,26 @@ TEST(RunReport, ComputePerMicroBatchTakesMediansOverTheTimedSteps) {
   EXPECT_EQ(untimed.computeSeconds, 0);
 }
 
+// The forward with the loss against its prediction, the backward with
+// recompute and swap stalls against its; the gap names its term.
+TEST(RunReport, ComputeTermsNameTheTermThatIsOff) {
+  StagePrediction one;
+  one.forward = 0.010, one.loss = 0.002, one.backward = 0.020, one.recompute = 0.003, one.swap = 0.001, one.refill = 0.0005;
+  const auto predicted = predictRank({one});
+  ComputeMedians measured;
+  measured.forwardSeconds = 0.0126;   // +5% of 12 ms
+  measured.backwardSeconds = 0.0264;  // +10% of 24 ms
+  const auto line = computeTermsLine(3, measured, predicted);
+  EXPECT_EQ(line,
+            "stage 3 compute against the plan: forward (with the loss) 12.600 ms measured, 12.000 predicted (5%); "
+            "backward (with recompute and swap stalls) 26.400 ms measured, 24.000 predicted (10%); refill after "
+            "waits 0.500 ms predicted, in either; furthest off: the backward");
+  measured.forwardSeconds = 0.0096;  // -20%
+  EXPECT_NE(computeTermsLine(3, measured, predicted).find("(-20%)"), std::string::npos);
+  EXPECT_NE(computeTermsLine(3, measured, predicted).find("furthest off: the forward"), std::string::npos);
+  EXPECT_EQ(computeTermsLine(3, measured, RankPrediction{}), "") << "no plan, no comparison";
+}
+
 TEST(RunReport, CompileLineCountsTheWorkersCompiles) {
   WorkerCounts w;
   w.compiles = 3, w.cacheHits = 7, w.compileSeconds = 1.5, w.executeSeconds = 0.25;
