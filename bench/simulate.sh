@@ -9,8 +9,11 @@
 #    profiles the shape once, then for each schedule: `sluice simulate` from
 #    that profile (its predicted step), `sluice partition` (the same plan) and
 #    a training run on that plan (the measured step: median of steps 4..STEPS).
-#    Prints per configuration the medians over rounds of simulated, measured
-#    and measured / simulated.
+#    Each simulation runs twice: with a device per rank, and with the ranks
+#    sharing this machine's cores (--cores, Note [ranks sharing cores]), which
+#    is what 3 ranks on 2 cores do. Prints per configuration the medians over
+#    rounds of both simulated steps, the measured one, and measured over the
+#    sharing simulation.
 # Asserts nothing.   usage: bench/simulate.sh [ROUNDS] [STEPS]   (default 3 rounds of 15 steps)
 #   BENCH_RANKS="2" picks rank counts, BENCH_SCHEDULES="1f1b zb-h1" schedules.
 source "$(dirname "$0")/lib.sh"  # strict mode, $root, scripts/env.sh, $sluice
@@ -33,6 +36,7 @@ for s in "${schedules[@]}"; do
 done
 
 m=6
+cores=$(nproc)
 shape() {  # RANKS SCHEDULE -> the options of the quickstart at this shape
   echo "$root/configs/quickstart.yaml" --set pipeline.stages="$1" --set pipeline.schedule="$2" \
     --set pipeline.microbatches=$m --set training.micro_batch_size=4 --set training.global_batch_size=$((4 * m)) \
@@ -49,6 +53,9 @@ for r in $(seq "$rounds"); do
       key="$p $s"
       "$sluice" simulate $(shape "$p" "$s") --profile "$prof" >"$tmp/sim.log" 2>&1 || { cat "$tmp/sim.log" >&2; exit 1; }
       simulated=$(awk -v s="$s" '$1 == s { print ($2 == "x2" ? $3 : $2) / 1000; exit }' "$tmp/sim.log")
+      "$sluice" simulate $(shape "$p" "$s") --profile "$prof" --cores "$cores" >"$tmp/sim.log" 2>&1 ||
+        { cat "$tmp/sim.log" >&2; exit 1; }
+      shared=$(awk -v s="$s" '$1 == s { print ($2 == "x2" ? $3 : $2) / 1000; exit }' "$tmp/sim.log")
       "$sluice" partition $(shape "$p" "$s") --profile "$prof" -o "$tmp/plan.pb" >"$tmp/plan.log" 2>&1 ||
         { cat "$tmp/plan.log" >&2; exit 1; }
       rm -rf "$tmp/run"
@@ -56,19 +63,21 @@ for r in $(seq "$rounds"); do
         --set logging.interval="$steps" --set optimizer.schedule=constant --set optimizer.warmup_steps=0 \
         --set job.output_dir="$tmp/run" >"$tmp/run.log" 2>&1 || { cat "$tmp/run.log" >&2; exit 1; }
       measured=$(median_step_time "$tmp/run/metrics.jsonl")
-      echo "$key $simulated $measured" >>"$tmp/results"
-      printf '  round %d: %d ranks %-15s simulated %.4f s, measured %.4f s, ratio %.3f\n' "$r" "$p" "$s" \
-        "$simulated" "$measured" "$(awk -v a="$measured" -v b="$simulated" 'BEGIN { print a / b }')"
+      echo "$key $simulated $shared $measured" >>"$tmp/results"
+      printf '  round %d: %d ranks %-15s simulated %.4f s (sharing %d cores %.4f s), measured %.4f s, ratio %.3f\n' \
+        "$r" "$p" "$s" "$simulated" "$cores" "$shared" "$measured" \
+        "$(awk -v a="$measured" -v b="$shared" 'BEGIN { print a / b }')"
     done
   done
 done
 echo
-printf '  %-5s %-15s %13s %12s %18s\n' ranks schedule "simulated s" "measured s" "measured/simulated"
+printf '  %-5s %-15s %13s %15s %12s %18s %18s\n' ranks schedule "simulated s" "sharing $cores s" "measured s" \
+  "measured/simulated" "measured/sharing"
 for p in "${rank_counts[@]}"; do
   for s in "${schedules[@]}"; do
-    sim=$(awk -v p="$p" -v s="$s" '$1 == p && $2 == s { print $3 }' "$tmp/results" | median)
-    meas=$(awk -v p="$p" -v s="$s" '$1 == p && $2 == s { print $4 }' "$tmp/results" | median)
-    ratio=$(awk -v p="$p" -v s="$s" '$1 == p && $2 == s { print $4 / $3 }' "$tmp/results" | median)
-    printf '  %-5s %-15s %13.4f %12.4f %18.3f\n' "$p" "$s" "$sim" "$meas" "$ratio"
+    col() { awk -v p="$p" -v s="$s" -v e="$1" '$1 == p && $2 == s { $0 = $0 " " $5 / $3 " " $5 / $4; print $e }' \
+      "$tmp/results" | median; }
+    printf '  %-5s %-15s %13.4f %15.4f %12.4f %18.3f %18.3f\n' "$p" "$s" "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" \
+      "$(col 7)"
   done
 done

@@ -111,6 +111,10 @@ struct Parser {
     c->add_option("--speed", s.speed, "the device's speed over the profile's: its times are divided by it "
                                       "(default 1, the profile's own device)")
         ->check(CLI::PositiveNumber);
+    c->add_option("--cores", s.cores, "the ranks share N CPU cores of one host (CPU jobs with more rank threads "
+                                      "than cores): ranks computing together slow down to share them (default: "
+                                      "every rank has its own device)")
+        ->check(CLI::Range(1, 1 << 20));
     c->add_option("--trace", s.trace, "write the chosen schedule's simulated step as a trace (trace.json format: "
                                       "`sluice trace show`, Perfetto)");
   }

@@ -26,6 +26,7 @@ struct SimulateArgs {
   double collectiveGBps = 0;                    // --collective-gbps: DistAdam's reduce-scatter / all-gather
   double memoryGb = 0;                          // --memory-gb: device memory per rank (memory.budget_mb)
   double speed = 0;                             // --speed: the device's speed over the profile's (default 1)
+  int cores = 0;                                // --cores: the ranks share this many CPU cores (0: not shared)
   std::string trace;                            // --trace FILE: the simulated timeline (trace.json format)
 };
 

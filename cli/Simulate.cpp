@@ -55,6 +55,7 @@ std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
     in.microBatches = s.microBatches;
     in.costs.comm = s.transferMs / 1e3;
     in.costs.times = given == 1 ? std::vector<pipeline::StageTimes>(stages, times[0]) : times;
+    in.cores = s.cores;  // one thread per rank
     out.push_back(simulateSchedule(in));
   }
   return out;
@@ -127,6 +128,17 @@ SimulationInput inputOfPlan(const partition::Plan& plan, const Config& config, d
   return in;
 }
 
+// --cores in ranks' worth for the one pipeline simulated: the job's threads
+// per rank (job.threads_per_rank; 0: the cores split between the ranks, at
+// least one each), and the cores shared with the other replicas, which run
+// the same actions at the same moments.
+double rankCores(const Config& config, int cores) {
+  if (cores <= 0) return 0;
+  const int threads =
+      config.job.threadsPerRank > 0 ? config.job.threadsPerRank : std::max(1, cores / config.worldSize());
+  return static_cast<double>(cores) / threads / config.pipeline.dataParallel;
+}
+
 std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
   const auto& s = a.simulate;
   SLUICE_CHECK(!a.profile.empty(), ConfigError,
@@ -157,7 +169,9 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
     try {
       const auto plan = partition::makePlanFor(graph, profile, st, cuts);
       std::cerr << " " << secondsSince(t0) << " s" << std::endl;
-      out.push_back(simulateSchedule(inputOfPlan(plan, config, collective)));
+      auto in = inputOfPlan(plan, config, collective);
+      in.cores = rankCores(config, s.cores);
+      out.push_back(simulateSchedule(in));
     } catch (const PlanError& e) {
       std::cerr << " does not fit" << std::endl;
       out.push_back(failedSchedule(*kind, chunks, e.what()));

@@ -67,10 +67,11 @@ SimulatedSchedule simulateSchedule(const SimulationInput& in) {
                                                << in.costs.times.size() << " stage times were given");
     const int chunks = kind.interleaves ? in.chunks : 1;
     out.schedule = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, in.fit ? &in.costs : nullptr);
-    out.sim = pipeline::simulateStepWithRefill(out.schedule, in.costs.times, in.costs.comm, in.refill);
+    out.sim = pipeline::simulateStepOnCores(out.schedule, in.costs.times, in.costs.comm, in.refill, in.cores);
     if (in.fit && kind.fitsStageTimes) {
       const auto unit = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, nullptr);
-      out.unitStepTime = pipeline::simulateStepWithRefill(unit, in.costs.times, in.costs.comm, in.refill).stepTime;
+      out.unitStepTime =
+          pipeline::simulateStepOnCores(unit, in.costs.times, in.costs.comm, in.refill, in.cores).stepTime;
     }
     out.peakMicroBatches = pipeline::peakActivationMicroBatches(out.schedule);
   } catch (const ScheduleError& e) {
@@ -130,6 +131,9 @@ std::string simulationDetail(const SimulatedSchedule& s) {
   const auto& in = s.input;
   os << pipeline::scheduleLabel(*in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
      << s.schedule.placement().describe() << "), messages " << ms(in.costs.comm) << " ms";
+  if (in.cores > 0 && in.cores < in.ranks) {
+    os << ", the ranks sharing " << in.cores << " cores (Note [ranks sharing cores])";
+  }
   if (in.optimizerSeconds > 0) os << ", DistAdam's collectives " << ms(in.optimizerSeconds) << " ms after the pipeline";
   os << ":\n";
   std::snprintf(line, sizeof(line), "  %5s %12s %12s %8s %14s %10s\n", "rank", "busy ms", "idle ms", "bubble",

@@ -38,6 +38,7 @@ struct SimulationInput {
   std::vector<int64_t> rankPeakBytes;  // per rank, predicted by a plan (empty: unknown)
   int64_t budgetBytes = 0;             // per rank (0: none)
   double optimizerSeconds = 0;         // DistAdam's collectives after the pipeline
+  double cores = 0;                    // the ranks share this many ranks' worth of cores (0: a device each)
 };
 
 struct SimulatedSchedule {

@@ -1,6 +1,7 @@
 #include "pipeline/ScheduleSimulation.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -35,6 +36,35 @@ struct Sent {
   Ref from{-1, -1};  // the sender's last compute action before the send
 };
 
+// The message a receive waits for: (from stage, send kind, micro-batch).
+std::tuple<int, int, int> messageOf(const Action& a) {
+  const bool act = a.kind == ActionKind::RecvActivation;
+  return {act ? a.stage - 1 : a.stage + 1, static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad),
+          a.microBatch};
+}
+
+// What a send carries for the critical path: the sender's last compute action
+// (a send right after a wait carries what it waited for).
+Ref sentFrom(const StepSimulation& out, Ref from) {
+  while (from.first >= 0 && isReceive(out.ranks[from.first][from.second].action.kind)) {
+    from = out.ranks[from.first][from.second].after;
+  }
+  return from;
+}
+
+// The result before the first action, after checking the inputs match the schedule.
+StepSimulation emptySimulation(const Schedule& s, const std::vector<StageTimes>& times, const RefillCosts& refill) {
+  SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
+               "simulateStep: " << times.size() << " stage times for " << s.stages << " stages");
+  SLUICE_CHECK(!refill.charged() || static_cast<int>(refill.share.size()) == s.stages, ScheduleError,
+               "simulateStep: refill shares for " << refill.share.size() << " stages, the schedule has " << s.stages);
+  StepSimulation out;
+  out.refillSeconds.assign(s.stages, 0);
+  out.ranks.resize(s.actions.size());
+  out.busy.assign(s.actions.size(), 0);
+  return out;
+}
+
 }  // namespace
 
 double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, double comm) {
@@ -43,17 +73,10 @@ double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, dou
 
 StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<StageTimes>& times, double comm,
                                       const RefillCosts& refill) {
-  SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
-               "simulateStep: " << times.size() << " stage times for " << s.stages << " stages");
   const int ranks = static_cast<int>(s.actions.size());
   const bool charged = refill.charged();
-  SLUICE_CHECK(!charged || static_cast<int>(refill.share.size()) == s.stages, ScheduleError,
-               "simulateStep: refill shares for " << refill.share.size() << " stages, the schedule has " << s.stages);
   std::vector<RankState> st(ranks);
-  StepSimulation out;
-  out.refillSeconds.assign(s.stages, 0);
-  out.ranks.resize(ranks);
-  out.busy.assign(ranks, 0);
+  StepSimulation out = emptySimulation(s, times, refill);
   std::map<std::tuple<int, int, int>, Sent> sent;  // (from stage, kind, mb)
   auto record = [&](int r, const Action& a, double start, double end, Ref after) {
     out.ranks[r].push_back({a, start, end, after});
@@ -66,9 +89,7 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
       for (; rs.pc < s.actions[r].size(); ++rs.pc) {
         const Action& a = s.actions[r][rs.pc];
         if (isReceive(a.kind)) {
-          const bool act = a.kind == ActionKind::RecvActivation;
-          auto it = sent.find({act ? a.stage - 1 : a.stage + 1,
-                               static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad), a.microBatch});
+          auto it = sent.find(messageOf(a));
           if (it == sent.end()) break;
           const double arrival = it->second.time + comm;
           if (arrival > rs.clock) {
@@ -76,11 +97,7 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
             rs.clock = arrival;
           }
         } else if (isSend(a.kind)) {
-          Ref from = rs.last;
-          while (from.first >= 0 && isReceive(out.ranks[from.first][from.second].action.kind)) {
-            from = out.ranks[from.first][from.second].after;  // a send right after a wait carries what it waited for
-          }
-          sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {rs.clock, from};
+          sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {rs.clock, sentFrom(out, rs.last)};
         } else {
           const double t = computeTime(a, times.at(a.stage));
           double extra = 0;
@@ -100,6 +117,146 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
     out.stepTime = std::max(out.stepTime, st[r].clock);
   }
   return out;
+}
+
+// Note [ranks sharing cores] (ScheduleSimulation.h): the ranks in time
+// order. Between events (a compute action ends, a message arrives) the n
+// ranks computing each progress at min(1, cores / n); a rank that is not
+// computing runs its sends and the receives whose message has arrived at
+// once, up to its next compute action.
+namespace {
+
+struct SharedRank {
+  size_t pc = 0;              // the next action
+  bool computing = false;     // in actions[pc - 1]
+  double left = 0, start = 0; // seconds of work left at full speed; when it started
+  double busyUntil = 0;       // the end of its last compute action
+  double waitingSince = -1;   // >= 0: blocked on a receive since then
+  Ref last{-1, -1};
+};
+
+class SharedCores {
+ public:
+  SharedCores(const Schedule& s, const std::vector<StageTimes>& times, double comm, const RefillCosts& refill,
+              double cores)
+      : s_(s), times_(times), comm_(comm), refill_(refill), cores_(cores), st_(s.actions.size()),
+        out_(emptySimulation(s, times, refill)) {}
+
+  StepSimulation run() {
+    for (;;) {
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (size_t r = 0; r < st_.size(); ++r) moved = advance(static_cast<int>(r)) || moved;
+      }
+      const double next = nextEvent();
+      if (next == kNever) break;
+      finishUpTo(next);
+      now_ = next;
+    }
+    for (size_t r = 0; r < st_.size(); ++r) {
+      SLUICE_CHECK(st_[r].pc == s_.actions[r].size() && !st_[r].computing, ScheduleError,
+                   "simulateStep: " << scheduleTitle(s_) << " deadlocks");
+    }
+    out_.stepTime = now_;
+    return std::move(out_);
+  }
+
+ private:
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
+
+  void record(int r, const Action& a, double start, double end, Ref after) {
+    out_.ranks[r].push_back({a, start, end, after});
+    st_[r].last = {r, static_cast<int>(out_.ranks[r].size()) - 1};
+  }
+
+  // Rank r's sends and arrived receives at now_, up to its next compute action (which starts).
+  bool advance(int r) {
+    auto& rs = st_[r];
+    bool moved = false;
+    for (; !rs.computing && rs.pc < s_.actions[r].size(); ++rs.pc, moved = true) {
+      const Action& a = s_.actions[r][rs.pc];
+      if (isReceive(a.kind)) {
+        const auto it = sent_.find(messageOf(a));
+        if (it == sent_.end() || it->second.time + comm_ > now_) {
+          if (rs.waitingSince < 0) rs.waitingSince = now_;
+          break;
+        }
+        const double arrival = it->second.time + comm_;
+        if (rs.waitingSince >= 0 && arrival > rs.waitingSince) record(r, a, rs.waitingSince, arrival, it->second.from);
+        rs.waitingSince = -1;
+      } else if (isSend(a.kind)) {
+        sent_[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {now_, sentFrom(out_, rs.last)};
+      } else {
+        const double t = computeTime(a, times_.at(a.stage));
+        double extra = 0;
+        if (refill_.charged()) {
+          extra = refill_.share[a.stage] * t * std::min(1.0, (now_ - rs.busyUntil) / refill_.waitSeconds);
+        }
+        out_.refillSeconds[a.stage] += extra;
+        rs.computing = true;
+        rs.left = t + extra;
+        rs.start = now_;
+      }
+    }
+    return moved;
+  }
+
+  double rate() const {
+    const auto n = std::count_if(st_.begin(), st_.end(), [](const SharedRank& rs) { return rs.computing; });
+    return n == 0 ? 0.0 : std::min(1.0, cores_ / static_cast<double>(n));
+  }
+
+  // The next compute action to end or message to arrive on a blocked rank.
+  double nextEvent() const {
+    double next = kNever;
+    const double speed = rate();
+    for (size_t r = 0; r < st_.size(); ++r) {
+      const auto& rs = st_[r];
+      if (rs.computing) {
+        next = std::min(next, now_ + rs.left / speed);
+      } else if (rs.pc < s_.actions[r].size()) {
+        const auto it = sent_.find(messageOf(s_.actions[r][rs.pc]));
+        if (it != sent_.end()) next = std::min(next, it->second.time + comm_);
+      }
+    }
+    return next;
+  }
+
+  // Every computing rank progresses to `next`; those whose action ends there finish it.
+  void finishUpTo(double next) {
+    const double speed = rate();
+    const double slack = 1e-12 * std::max(1.0, next);
+    for (size_t r = 0; r < st_.size(); ++r) {
+      auto& rs = st_[r];
+      if (!rs.computing) continue;
+      if (now_ + rs.left / speed <= next + slack) {
+        record(static_cast<int>(r), s_.actions[r][rs.pc - 1], rs.start, next, rs.last);
+        out_.busy[r] += next - rs.start;
+        rs.busyUntil = next;
+        rs.computing = false;
+      } else {
+        rs.left -= speed * (next - now_);
+      }
+    }
+  }
+
+  const Schedule& s_;
+  const std::vector<StageTimes>& times_;
+  const double comm_;
+  const RefillCosts& refill_;
+  const double cores_;
+  std::vector<SharedRank> st_;
+  StepSimulation out_;
+  std::map<std::tuple<int, int, int>, Sent> sent_;  // (from stage, kind, mb)
+  double now_ = 0;
+};
+
+}  // namespace
+
+StepSimulation simulateStepOnCores(const Schedule& s, const std::vector<StageTimes>& times, double comm,
+                                   const RefillCosts& refill, double cores) {
+  if (!(cores > 0)) return simulateStepWithRefill(s, times, comm, refill);
+  return SharedCores(s, times, comm, refill, cores).run();
 }
 
 double bubbleRate(const StepSimulation& sim) {

@@ -61,6 +61,15 @@ double simulateStep(const Schedule& schedule, const std::vector<StageTimes>& tim
 StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
                                       const RefillCosts& refill);
 
+// Note [ranks sharing cores]: the same step when the ranks share `cores`
+// cores (CPU ranks of one host, more of them than cores; `cores` counts
+// ranks' worth, cores / threads per rank). While n ranks compute, each runs
+// at min(1, cores / n) of its speed (processor sharing); a rank waiting on a
+// receive takes no core. The simulation then steps through the events in
+// time order. cores <= 0: every rank has its own (simulateStepWithRefill).
+StepSimulation simulateStepOnCores(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
+                                   const RefillCosts& refill, double cores);
+
 // The zero-bubble papers' bubble rate, (cost - busy) / cost, with cost the
 // step time and busy the most loaded rank's compute time (for equal stages
 // every rank's, m (F + B + W) per stage it hosts): how far the step is from

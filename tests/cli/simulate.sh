@@ -22,6 +22,16 @@ done
 [ "$(row 1f1b "$TMP/times.log")" = 33.000 ] || fail "1f1b: want 33.000 ms"
 [ "$(row zb-h1 "$TMP/times.log")" = 27.000 ] || fail "zb-h1: want 27.000 ms"
 grep -F "critical path" "$TMP/times.log" >/dev/null || fail "no critical path"
+# Ranks sharing cores (Note [ranks sharing cores]): on one core GPipe's 96 ms
+# of work runs back to back (its core never idles with free messages); with a
+# core per rank the step is the plain (m + p - 1) x 3 ms.
+for c in 1 2 4; do
+  "$SLUICE" simulate --stage-times 1,1,1 --ranks 4 --micro-batches 8 --schedule gpipe --cores $c >"$TMP/cores$c.log"
+done
+[ "$(row gpipe "$TMP/cores1.log")" = 96.000 ] || fail "gpipe on 1 core: want 96.000 ms"
+[ "$(row gpipe "$TMP/cores4.log")" = 33.000 ] || fail "gpipe on a core per rank: want 33.000 ms"
+awk -v a="$(row gpipe "$TMP/cores2.log")" 'BEGIN { exit !(a > 48 && a < 96) }' || fail "gpipe on 2 cores: not between"
+grep -F "the ranks sharing 1 cores" "$TMP/cores1.log" >/dev/null || fail "the detail does not say the ranks share a core"
 "$SLUICE" trace show "$TMP/sim.json" -o "$TMP/sim.svg" | tee "$TMP/show.log"
 grep -F "(1200 x 256)" "$TMP/show.log" >/dev/null || fail "the simulated trace is not drawn with 4 rows"
 

@@ -92,6 +92,61 @@ TEST(ScheduleSimulation, TheCriticalPathFollowsWhatEachActionWaitedFor) {
   EXPECT_DOUBLE_EQ(bubbleRate(sim), 4.0 / 7);
 }
 
+// Note [ranks sharing cores]: 1F1B on 2 ranks and 2 micro-batches, F = 1 and
+// B = 2 per stage, free messages. With a core each the step is 9; on one
+// core, ranks computing together each run at half speed:
+//   rank 0: F0 [0, 1], F1 [1, 3] (beside rank 1's F0), B0 [5, 9], B1 [10, 12]
+//   rank 1: F0 [1, 3], B0 [3, 5] (alone), F1 [5, 7], B1 [7, 10]
+// so the step is 12, the 12 units of work back to back on the one core.
+TEST(ScheduleSimulation, RanksSharingOneCoreTakeTurnsAtHalfSpeed) {
+  const std::vector<StageTimes> times(2, {1, 2, 0, 0});
+  EXPECT_DOUBLE_EQ(simulateStepWithRefill(make1F1B(2, 2), times, 0, {}).stepTime, 9);
+  const auto sim = simulateStepOnCores(make1F1B(2, 2), times, 0, {}, 1);
+  EXPECT_NEAR(sim.stepTime, 12, 1e-12);
+  std::vector<std::string> got;
+  for (const auto& x : sim.ranks[1]) {
+    if (isCompute(x.action)) got.push_back(toString(x.action) + " " + std::to_string(x.start) + "-" + std::to_string(x.end));
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"F0 1.000000-3.000000", "B0 3.000000-5.000000", "F1 5.000000-7.000000",
+                                           "B1 7.000000-10.000000"}));
+  EXPECT_NEAR(sim.busy[0], 1 + 2 + 4 + 2, 1e-12);  // wall time computing, slowed where shared
+}
+
+// With a core for every rank the event loop replays the plain simulation:
+// the same intervals, waits and refill, for every kind of schedule.
+TEST(ScheduleSimulation, WithACoreForEveryRankSharingChangesNothing) {
+  RefillCosts refill;
+  refill.waitSeconds = 0.5;
+  for (const auto& [name, chunks] : std::vector<std::pair<std::string, int>>{
+           {"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}, {"interleaved", 2}, {"interleaved-zb", 2}, {"zbv", 2}}) {
+    const auto schedule = makeSchedule(name, 4, 8, chunks);
+    std::vector<StageTimes> times;
+    for (int k = 0; k < schedule.stages; ++k) times.push_back({1.0 + 0.1 * k, 2.1 - 0.2 * k, 1.2 - 0.1 * k, 0.9});
+    refill.share.assign(schedule.stages, 0.05);
+    const auto own = simulateStepWithRefill(schedule, times, 0.3, refill);
+    for (double cores : {4.0, 64.0}) {
+      const auto shared = simulateStepOnCores(schedule, times, 0.3, refill, cores);
+      EXPECT_NEAR(shared.stepTime, own.stepTime, 1e-9) << name;
+      ASSERT_EQ(shared.ranks.size(), own.ranks.size());
+      for (size_t r = 0; r < own.ranks.size(); ++r) {
+        ASSERT_EQ(shared.ranks[r].size(), own.ranks[r].size()) << name << " rank " << r;
+        for (size_t i = 0; i < own.ranks[r].size(); ++i) {
+          EXPECT_EQ(toString(shared.ranks[r][i].action), toString(own.ranks[r][i].action)) << name;
+          EXPECT_NEAR(shared.ranks[r][i].end, own.ranks[r][i].end, 1e-9) << name;
+          EXPECT_EQ(shared.ranks[r][i].after, own.ranks[r][i].after) << name;
+        }
+      }
+    }
+    // Fewer cores: never faster, and never faster than the work spread over the cores.
+    const auto plain = simulateStepWithRefill(schedule, times, 0.3, {});
+    double work = 0;
+    for (double b : plain.busy) work += b;
+    const auto two = simulateStepOnCores(schedule, times, 0.3, {}, 2);
+    EXPECT_GE(two.stepTime, plain.stepTime - 1e-9) << name;
+    EXPECT_GE(two.stepTime, work / 2 - 1e-9) << name;
+  }
+}
+
 // Activation memory in a rank's micro-batches: 1F1B holds p - r on rank r,
 // GPipe all m, interleaved with v chunks (p - r) + ... per chunk, over v.
 // Uneven stages: the bubble is measured against the busiest rank (a light
