@@ -112,11 +112,6 @@ std::vector<std::string> scheduleNames() {
   return names;
 }
 
-bool interleavesStages(const std::string& name) {
-  const auto* k = findScheduleKind(name);
-  return k && k->interleaves;
-}
-
 std::string scheduleLabel(const ScheduleKind& kind, int chunks) {
   return kind.name + (kind.interleaves && chunks > 1 ? " x" + std::to_string(chunks) : "");
 }
@@ -130,11 +125,6 @@ Placement placementOf(const ScheduleKind& kind, int ranks, int chunks) { return 
 
 Placement placementOf(const std::string& name, int ranks, int chunks) {
   return placementOf(scheduleKind(name), ranks, chunks);
-}
-
-bool fitsToStageTimes(const std::string& name) {
-  const auto* k = findScheduleKind(name);
-  return k && k->fitsStageTimes;
 }
 
 Schedule makeSchedule(const ScheduleKind& kind, int stages, int microBatches, int chunks, const ScheduleCosts* costs) {

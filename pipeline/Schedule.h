@@ -177,9 +177,6 @@ Schedule makeZeroBubbleV(int ranks, int microBatches, const ScheduleCosts* costs
 // The schedules makeSchedule() knows (the rows of ScheduleKinds.h's table),
 // for messages and config checks.
 std::vector<std::string> scheduleNames();
-// True for the schedules that put several stages (chunks) on each rank
-// (false for a name that is no schedule, such as "auto").
-bool interleavesStages(const std::string& name);
 // A schedule as the logs and tables name it: "zb-h1", or with several stages
 // per rank "interleaved x2".
 std::string scheduleLabel(const ScheduleKind& kind, int chunks);
@@ -201,8 +198,6 @@ Schedule makeSchedule(const std::string& name, int stages, int microBatches, int
                       const ScheduleCosts* costs = nullptr);
 // True when the schedule splits backwards into BackwardInput and BackwardWeight.
 bool splitsBackward(const Schedule& schedule);
-// True for the schedules makeSchedule() fits to ScheduleCosts (their row's trait).
-bool fitsToStageTimes(const std::string& name);
 
 // A builder's pieces: micro-batch mb's forward on `stage` of `stages`, with
 // its receive before and send after (none at the pipeline's ends); and its

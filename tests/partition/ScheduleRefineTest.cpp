@@ -11,6 +11,7 @@
 #include "core/Error.h"
 #include "partition/Plan.h"
 #include "partition/Profile.h"
+#include "pipeline/ScheduleKinds.h"
 #include "tests/TestUtil.h"
 
 namespace sluice::partition {
@@ -89,11 +90,11 @@ TEST(ScheduleAwarePlan, TrainingBuildsTheScheduleThePlanPredicted) {
       st.stages = 2;
       st.microBatches = 8;
       st.schedule = pipeline::ScheduleChoice::of(pipeline::scheduleKind(schedule));
-      st.chunks = pipeline::interleavesStages(schedule) ? 2 : 1;
+      st.chunks = pipeline::scheduleKind(schedule).interleaves ? 2 : 1;
       const auto made = makePlan(graph, profile, st);
       const auto plan = Plan::fromBytes(made.toBytes(), "test");
       const auto costs = plan.scheduleCosts();
-      if (!pipeline::fitsToStageTimes(schedule)) {
+      if (!pipeline::scheduleKind(schedule).fitsStageTimes) {
         EXPECT_FALSE(costs.has_value()) << schedule;
         continue;
       }

@@ -22,6 +22,7 @@
 #include "partition/Profiler.h"
 #include "partition/Segments.h"
 #include "pipeline/RankWorker.h"
+#include "pipeline/ScheduleKinds.h"
 #include "pipeline/StageWorker.h"
 #include "tests/Ranks.h"
 #include "tests/TestUtil.h"
@@ -116,7 +117,7 @@ Run train(const Communicator& comm, const std::string& schedule, Kind kind, cons
   models::Gpt gpt(gptOptions());
   gpt->to(device);
   auto graph = test::captureGpt(gpt, kMicroBatchSize, kSeq);
-  const int p = comm.size(), chunks = pipeline::interleavesStages(schedule) ? 2 : 1, pieces = p * chunks;
+  const int p = comm.size(), chunks = pipeline::scheduleKind(schedule).interleaves ? 2 : 1, pieces = p * chunks;
   std::vector<int> cuts;
   if (pieces == 2) {
     for (auto& n : graph.nodes()) {
@@ -194,7 +195,7 @@ TEST(MemoryPlanExactness, SwapRecomputeAndMixesEqualKeepAllBitwise) {
   EXPECT_LT(single.losses.back(), single.losses.front()) << "the reference should learn";
   for (auto schedule : kSchedules) {
     const auto reference = train(world, schedule, Kind::Keep);
-    const int chunks = pipeline::interleavesStages(schedule) ? 2 : 1;
+    const int chunks = pipeline::scheduleKind(schedule).interleaves ? 2 : 1;
     // The loss is on the last stage's rank (rank 0 under zbv's V).
     if (world.rank() == pipeline::placementOf(schedule, 2, chunks).rankOf(2 * chunks - 1)) {
       ASSERT_EQ(reference.losses.size(), static_cast<size_t>(kSteps)) << schedule;

@@ -337,7 +337,8 @@ TEST(Schedule, InterleavedZeroBubbleIsValidAndFillsTheBubble) {
     }
   }
   EXPECT_THROW(makeSchedule("interleaved-zb", 2, 3, 2), ScheduleError);  // m not a multiple of p
-  EXPECT_TRUE(interleavesStages("interleaved-zb") && interleavesStages("interleaved") && !interleavesStages("zb-h1"));
+  EXPECT_TRUE(scheduleKind("interleaved-zb").interleaves && scheduleKind("interleaved").interleaves &&
+              !scheduleKind("zb-h1").interleaves);
 }
 
 // ZBV: 2 stages per rank in a V (rank r hosts r and 2p - 1 - r; stages p - 1
