@@ -52,6 +52,12 @@ Ref sentFrom(const StepSimulation& out, Ref from) {
   return from;
 }
 
+// Note [refill after a wait]: what a compute action of `t` seconds on
+// `stage` adds after its rank idled `idle` seconds (0 when not charged).
+double refillExtra(const RefillCosts& refill, int stage, double t, double idle) {
+  return refill.charged() ? refill.share[stage] * t * std::min(1.0, idle / refill.waitSeconds) : 0.0;
+}
+
 // The result before the first action, after checking the inputs match the schedule.
 StepSimulation emptySimulation(const Schedule& s, const std::vector<StageTimes>& times, const RefillCosts& refill) {
   SLUICE_CHECK(static_cast<int>(times.size()) == s.stages, ScheduleError,
@@ -74,7 +80,6 @@ double simulateStep(const Schedule& s, const std::vector<StageTimes>& times, dou
 StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<StageTimes>& times, double comm,
                                       const RefillCosts& refill) {
   const int ranks = static_cast<int>(s.actions.size());
-  const bool charged = refill.charged();
   std::vector<RankState> st(ranks);
   StepSimulation out = emptySimulation(s, times, refill);
   std::map<std::tuple<int, int, int>, Sent> sent;  // (from stage, kind, mb)
@@ -100,8 +105,7 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
           sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {rs.clock, sentFrom(out, rs.last)};
         } else {
           const double t = computeTime(a, times.at(a.stage));
-          double extra = 0;
-          if (charged) extra = refill.share[a.stage] * t * std::min(1.0, (rs.clock - rs.busyUntil) / refill.waitSeconds);
+          const double extra = refillExtra(refill, a.stage, t, rs.clock - rs.busyUntil);
           record(r, a, rs.clock, rs.clock + t + extra, rs.last);
           rs.clock += t + extra;
           rs.busyUntil = rs.clock;
@@ -188,10 +192,7 @@ class SharedCores {
         sent_[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {now_, sentFrom(out_, rs.last)};
       } else {
         const double t = computeTime(a, times_.at(a.stage));
-        double extra = 0;
-        if (refill_.charged()) {
-          extra = refill_.share[a.stage] * t * std::min(1.0, (now_ - rs.busyUntil) / refill_.waitSeconds);
-        }
+        const double extra = refillExtra(refill_, a.stage, t, now_ - rs.busyUntil);
         out_.refillSeconds[a.stage] += extra;
         rs.computing = true;
         rs.left = t + extra;
