@@ -67,11 +67,11 @@ SimulatedSchedule simulateSchedule(const SimulationInput& in) {
                                                << in.costs.times.size() << " stage times were given");
     const int chunks = kind.interleaves ? in.chunks : 1;
     out.schedule = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, in.fit ? &in.costs : nullptr);
-    out.sim = pipeline::simulateStepOnCores(out.schedule, in.costs.times, in.costs.comm, in.refill, in.cores);
+    out.sim = pipeline::simulateStepOnCores(out.schedule, in.costs.times, in.costs.comm, in.refill, in.cores, in.waits);
     if (in.fit && kind.fitsStageTimes) {
       const auto unit = pipeline::makeSchedule(kind, in.ranks, in.microBatches, chunks, nullptr);
       out.unitStepTime =
-          pipeline::simulateStepOnCores(unit, in.costs.times, in.costs.comm, in.refill, in.cores).stepTime;
+          pipeline::simulateStepOnCores(unit, in.costs.times, in.costs.comm, in.refill, in.cores, in.waits).stepTime;
     }
     out.peakMicroBatches = pipeline::peakActivationMicroBatches(out.schedule);
   } catch (const ScheduleError& e) {
@@ -132,7 +132,11 @@ std::string simulationDetail(const SimulatedSchedule& s) {
   os << pipeline::scheduleLabel(*in.schedule, in.chunks) << " on " << in.ranks << " ranks, " << in.microBatches << " micro-batches ("
      << s.schedule.placement().describe() << "), messages " << ms(in.costs.comm) << " ms";
   if (in.cores > 0 && in.cores < in.ranks) {
-    os << ", the ranks sharing " << in.cores << " cores (Note [ranks sharing cores])";
+    os << ", the ranks sharing " << in.cores << " cores (Note [ranks sharing cores]: each receiver copies its messages"
+       << (in.waits.firstNapSeconds > 0 && in.waits.pollSeconds < 0.01
+               ? "; a wait polls " + ms(in.waits.pollSeconds) + " ms, then sleeps"
+               : "")
+       << ")";
   }
   if (in.optimizerSeconds > 0) os << ", DistAdam's collectives " << ms(in.optimizerSeconds) << " ms after the pipeline";
   os << ":\n";

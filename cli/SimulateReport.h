@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/WaitPolicy.h"
 #include "pipeline/ScheduleKinds.h"
 #include "pipeline/ScheduleSimulation.h"
 
@@ -39,6 +40,7 @@ struct SimulationInput {
   int64_t budgetBytes = 0;             // per rank (0: none)
   double optimizerSeconds = 0;         // DistAdam's collectives after the pipeline
   double cores = 0;                    // the ranks share this many ranks' worth of cores (0: a device each)
+  WaitPolicy waits;                    // with cores: how a waiting rank waits (core/WaitPolicy.h)
 };
 
 struct SimulatedSchedule {

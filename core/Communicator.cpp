@@ -14,6 +14,7 @@
 #include "core/CommBackends.h"
 #include "core/MpiBackend.h"  // the process-wide MPI start, stop and abort
 #include "core/SystemInfo.h"
+#include "core/WaitPolicy.h"
 
 namespace sluice {
 namespace {
@@ -22,9 +23,9 @@ namespace {
 // [waiting]): 200 ms, or 0.5 ms when this machine runs more ranks than it has
 // cores (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), where a polling rank would
 // take CPU time from the ranks it waits for.
-double busyPollSeconds() {
-  static const double seconds = hostOversubscribed() ? 0.0005 : 0.2;
-  return seconds;
+const WaitPolicy& hostWaitPolicy() {
+  static const WaitPolicy policy = waitPolicy(hostOversubscribed());
+  return policy;
 }
 
 std::atomic<double> timeoutSeconds{0};
@@ -188,8 +189,9 @@ void Work::wait() {
   if (!op_) return;
   WaitTimer timer;
   const double timeout = timeoutSeconds.load();
-  // Poll, so that a peer that never answers is noticed. Note [waiting]: for
-  // the first 200 ms (busyPollSeconds) poll back to back, yielding the core
+  // Poll, so that a peer that never answers is noticed. Note [waiting]
+  // (core/WaitPolicy.h, which the step simulation plays out): for the first
+  // 200 ms (0.5 ms where ranks outnumber cores) poll back to back, yielding the core
   // between polls (a rank that waits has nothing else to run; when ranks
   // share cores, the yield lets the peer we wait for run). Pipeline waits
   // are a peer's forward or backward, up to tens of ms where stages are
@@ -202,7 +204,8 @@ void Work::wait() {
   // compute ~11% slower than polling through the wait: on a VM an idle core
   // is halted and its caches go to other work.)
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t nap = 50;
+  const WaitPolicy& policy = hostWaitPolicy();
+  double nap = policy.firstNapSeconds;
   for (;;) {
     bool done = false;
     try {
@@ -223,11 +226,11 @@ void Work::wait() {
                       ": the peer did not answer (it may have failed, stopped or be stuck); raise " +
                       Communicator::waitTimeoutSetting() + " if such waits are expected");
     }
-    if (waited < busyPollSeconds()) {
+    if (waited < policy.pollSeconds) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(nap));
-      nap = std::min<int64_t>(1000, nap * 2);
+      std::this_thread::sleep_for(std::chrono::duration<double>(nap));
+      nap = std::min(policy.maxNapSeconds, nap * 2);
     }
   }
   op_.reset();

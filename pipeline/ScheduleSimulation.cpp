@@ -1,6 +1,7 @@
 #include "pipeline/ScheduleSimulation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -124,26 +125,31 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
 }
 
 // Note [ranks sharing cores] (ScheduleSimulation.h): the ranks in time
-// order. Between events (a compute action ends, a message arrives) the n
-// ranks computing each progress at min(1, cores / n); a rank that is not
-// computing runs its sends and the receives whose message has arrived at
-// once, up to its next compute action.
+// order. Between events (a compute action or a copy ends, a rank sees a
+// message, a poll gives way to sleep) the n ranks computing, copying or
+// polling each progress at min(1, cores / n); a rank that is not busy runs
+// its sends and the receives it has seen at once, up to its next compute
+// action or copy.
 namespace {
 
 struct SharedRank {
   size_t pc = 0;              // the next action
   bool computing = false;     // in actions[pc - 1]
+  bool copying = false;       // copying in actions[pc - 1]'s message
   double left = 0, start = 0; // seconds of work left at full speed; when it started
   double busyUntil = 0;       // the end of its last compute action
   double waitingSince = -1;   // >= 0: blocked on a receive since then
   Ref last{-1, -1};
+  Ref copyAfter{-1, -1};
+  bool busy() const { return computing || copying; }
 };
 
 class SharedCores {
  public:
   SharedCores(const Schedule& s, const std::vector<StageTimes>& times, double comm, const RefillCosts& refill,
-              double cores)
-      : s_(s), times_(times), comm_(comm), refill_(refill), cores_(cores), st_(s.actions.size()),
+              double cores, const WaitPolicy& waits)
+      : s_(s), times_(times), comm_(comm), refill_(refill), cores_(cores),
+        waits_(waits), st_(s.actions.size()),
         out_(emptySimulation(s, times, refill)) {}
 
   StepSimulation run() {
@@ -158,7 +164,7 @@ class SharedCores {
       now_ = next;
     }
     for (size_t r = 0; r < st_.size(); ++r) {
-      SLUICE_CHECK(st_[r].pc == s_.actions[r].size() && !st_[r].computing, ScheduleError,
+      SLUICE_CHECK(st_[r].pc == s_.actions[r].size() && !st_[r].busy(), ScheduleError,
                    "simulateStep: " << scheduleTitle(s_) << " deadlocks");
     }
     out_.stepTime = now_;
@@ -173,20 +179,48 @@ class SharedCores {
     st_[r].last = {r, static_cast<int>(out_.ranks[r].size()) - 1};
   }
 
+  // When a message is there for its receiver to copy: at once (the copy is the receiver's work).
+  static double arrival(const Sent& m) { return m.time; }
+
+  // When a rank that began waiting at `since` sees a message there at `at`:
+  // at once while it polls, else at its first poll after a nap.
+  double seen(double since, double at) const {
+    if (at <= since + waits_.pollSeconds || waits_.firstNapSeconds <= 0) return std::max(since, at);
+    double t = since + waits_.pollSeconds, nap = waits_.firstNapSeconds;
+    while (t < at && nap < waits_.maxNapSeconds) {  // the naps that double
+      t += nap;
+      nap = std::min(waits_.maxNapSeconds, 2 * nap);
+    }
+    if (t < at) t += std::ceil((at - t) / nap) * nap;  // then every maxNapSeconds
+    return t;
+  }
+
+  bool spinning(const SharedRank& rs) const {
+    return rs.waitingSince >= 0 && !rs.busy() && now_ < rs.waitingSince + waits_.pollSeconds;
+  }
+
   // Rank r's sends and arrived receives at now_, up to its next compute action (which starts).
   bool advance(int r) {
     auto& rs = st_[r];
     bool moved = false;
-    for (; !rs.computing && rs.pc < s_.actions[r].size(); ++rs.pc, moved = true) {
+    for (; !rs.busy() && rs.pc < s_.actions[r].size(); ++rs.pc, moved = true) {
       const Action& a = s_.actions[r][rs.pc];
       if (isReceive(a.kind)) {
         const auto it = sent_.find(messageOf(a));
-        if (it == sent_.end() || it->second.time + comm_ > now_) {
+        const bool there = it != sent_.end() && arrival(it->second) <= now_;
+        if (!there || (rs.waitingSince >= 0 && seen(rs.waitingSince, arrival(it->second)) > now_ + 1e-15)) {
           if (rs.waitingSince < 0) rs.waitingSince = now_;
           break;
         }
-        const double arrival = it->second.time + comm_;
-        if (rs.waitingSince >= 0 && arrival > rs.waitingSince) record(r, a, rs.waitingSince, arrival, it->second.from);
+        const double at = arrival(it->second);
+        if (comm_ > 0) {
+          rs.copying = true;
+          rs.left = comm_;
+          rs.start = rs.waitingSince >= 0 ? rs.waitingSince : now_;
+          rs.copyAfter = it->second.from;
+        } else if (rs.waitingSince >= 0 && at > rs.waitingSince) {
+          record(r, a, rs.waitingSince, now_, it->second.from);
+        }
         rs.waitingSince = -1;
       } else if (isSend(a.kind)) {
         sent_[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {now_, sentFrom(out_, rs.last)};
@@ -203,7 +237,7 @@ class SharedCores {
   }
 
   double rate() const {
-    const auto n = std::count_if(st_.begin(), st_.end(), [](const SharedRank& rs) { return rs.computing; });
+    const auto n = std::count_if(st_.begin(), st_.end(), [&](const SharedRank& rs) { return rs.busy() || spinning(rs); });
     return n == 0 ? 0.0 : std::min(1.0, cores_ / static_cast<double>(n));
   }
 
@@ -213,11 +247,15 @@ class SharedCores {
     const double speed = rate();
     for (size_t r = 0; r < st_.size(); ++r) {
       const auto& rs = st_[r];
-      if (rs.computing) {
+      if (rs.busy()) {
         next = std::min(next, now_ + rs.left / speed);
       } else if (rs.pc < s_.actions[r].size()) {
+        if (spinning(rs)) next = std::min(next, rs.waitingSince + waits_.pollSeconds);
         const auto it = sent_.find(messageOf(s_.actions[r][rs.pc]));
-        if (it != sent_.end()) next = std::min(next, it->second.time + comm_);
+        if (it != sent_.end()) {
+          const double at = arrival(it->second);
+          next = std::min(next, rs.waitingSince >= 0 ? std::max(now_, seen(rs.waitingSince, at)) : std::max(now_, at));
+        }
       }
     }
     return next;
@@ -229,8 +267,13 @@ class SharedCores {
     const double slack = 1e-12 * std::max(1.0, next);
     for (size_t r = 0; r < st_.size(); ++r) {
       auto& rs = st_[r];
-      if (!rs.computing) continue;
+      if (!rs.busy()) continue;
       if (now_ + rs.left / speed <= next + slack) {
+        if (rs.copying) {
+          record(static_cast<int>(r), s_.actions[r][rs.pc - 1], rs.start, next, rs.copyAfter);
+          rs.copying = false;
+          continue;
+        }
         record(static_cast<int>(r), s_.actions[r][rs.pc - 1], rs.start, next, rs.last);
         out_.busy[r] += next - rs.start;
         rs.busyUntil = next;
@@ -246,6 +289,7 @@ class SharedCores {
   const double comm_;
   const RefillCosts& refill_;
   const double cores_;
+  const WaitPolicy waits_;
   std::vector<SharedRank> st_;
   StepSimulation out_;
   std::map<std::tuple<int, int, int>, Sent> sent_;  // (from stage, kind, mb)
@@ -255,9 +299,9 @@ class SharedCores {
 }  // namespace
 
 StepSimulation simulateStepOnCores(const Schedule& s, const std::vector<StageTimes>& times, double comm,
-                                   const RefillCosts& refill, double cores) {
+                                   const RefillCosts& refill, double cores, const WaitPolicy& waits) {
   if (!(cores > 0)) return simulateStepWithRefill(s, times, comm, refill);
-  return SharedCores(s, times, comm, refill, cores).run();
+  return SharedCores(s, times, comm, refill, cores, waits).run();
 }
 
 double bubbleRate(const StepSimulation& sim) {

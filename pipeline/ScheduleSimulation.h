@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/WaitPolicy.h"
 #include "pipeline/Schedule.h"
 
 namespace sluice::pipeline {
@@ -62,13 +63,22 @@ StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vecto
                                       const RefillCosts& refill);
 
 // Note [ranks sharing cores]: the same step when the ranks share `cores`
-// cores (CPU ranks of one host, more of them than cores; `cores` counts
-// ranks' worth, cores / threads per rank). While n ranks compute, each runs
-// at min(1, cores / n) of its speed (processor sharing); a rank waiting on a
-// receive takes no core. The simulation then steps through the events in
-// time order. cores <= 0: every rank has its own (simulateStepWithRefill).
+// cores of one host (CPU ranks, `cores` in ranks' worth: cores / threads per
+// rank). It plays out what such ranks do, in time order:
+// - While n ranks are busy, each runs at min(1, cores / n) of its speed
+//   (processor sharing). Busy is computing, copying a message in, or polling.
+// - A message is the receiver's work: shared memory between processes is
+//   read by the receiver (Open MPI's single copy), so a receive copies for
+//   `comm` seconds of its rank's share once it sees the sender's send.
+// - A rank that reaches a receive before its message waits as Work::wait
+//   does (`waits`, core/WaitPolicy.h): it polls, holding a core, for
+//   pollSeconds, then sleeps and sees the message only at its next poll.
+//   WaitPolicy{}: it sees it at once and holds no core.
+// cores <= 0: every rank has its own core and messages cost the wire time
+// (simulateStepWithRefill). With a core per rank, comm = 0 and WaitPolicy{},
+// both give the same step.
 StepSimulation simulateStepOnCores(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
-                                   const RefillCosts& refill, double cores);
+                                   const RefillCosts& refill, double cores, const WaitPolicy& waits = {});
 
 // The zero-bubble papers' bubble rate, (cost - busy) / cost, with cost the
 // step time and busy the most loaded rank's compute time (for equal stages

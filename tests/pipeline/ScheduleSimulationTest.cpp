@@ -112,8 +112,9 @@ TEST(ScheduleSimulation, RanksSharingOneCoreTakeTurnsAtHalfSpeed) {
   EXPECT_NEAR(sim.busy[0], 1 + 2 + 4 + 2, 1e-12);  // wall time computing, slowed where shared
 }
 
-// With a core for every rank the event loop replays the plain simulation:
-// the same intervals, waits and refill, for every kind of schedule.
+// With a core for every rank, free messages and waits that see a message at
+// once, the event loop replays the plain simulation: the same intervals,
+// waits and refill, for every kind of schedule.
 TEST(ScheduleSimulation, WithACoreForEveryRankSharingChangesNothing) {
   RefillCosts refill;
   refill.waitSeconds = 0.5;
@@ -123,9 +124,9 @@ TEST(ScheduleSimulation, WithACoreForEveryRankSharingChangesNothing) {
     std::vector<StageTimes> times;
     for (int k = 0; k < schedule.stages; ++k) times.push_back({1.0 + 0.1 * k, 2.1 - 0.2 * k, 1.2 - 0.1 * k, 0.9});
     refill.share.assign(schedule.stages, 0.05);
-    const auto own = simulateStepWithRefill(schedule, times, 0.3, refill);
+    const auto own = simulateStepWithRefill(schedule, times, 0, refill);
     for (double cores : {4.0, 64.0}) {
-      const auto shared = simulateStepOnCores(schedule, times, 0.3, refill, cores);
+      const auto shared = simulateStepOnCores(schedule, times, 0, refill, cores);
       EXPECT_NEAR(shared.stepTime, own.stepTime, 1e-9) << name;
       ASSERT_EQ(shared.ranks.size(), own.ranks.size());
       for (size_t r = 0; r < own.ranks.size(); ++r) {
@@ -137,14 +138,63 @@ TEST(ScheduleSimulation, WithACoreForEveryRankSharingChangesNothing) {
         }
       }
     }
-    // Fewer cores: never faster, and never faster than the work spread over the cores.
+    // Messages the receivers copy, fewer cores, waits that poll and sleep:
+    // never faster, and never faster than the work spread over the cores.
     const auto plain = simulateStepWithRefill(schedule, times, 0.3, {});
     double work = 0;
     for (double b : plain.busy) work += b;
+    const auto copied = simulateStepOnCores(schedule, times, 0.3, {}, 4);
+    EXPECT_GE(copied.stepTime, plain.stepTime - 1e-9) << name;
     const auto two = simulateStepOnCores(schedule, times, 0.3, {}, 2);
-    EXPECT_GE(two.stepTime, plain.stepTime - 1e-9) << name;
+    EXPECT_GE(two.stepTime, copied.stepTime - 1e-9) << name;
     EXPECT_GE(two.stepTime, work / 2 - 1e-9) << name;
+    const auto napping = simulateStepOnCores(schedule, times, 0.3, {}, 2, waitPolicy(true));
+    EXPECT_GE(napping.stepTime, two.stepTime - 1e-9) << name;
   }
+}
+
+// Note [ranks sharing cores]: a message is its receiver's work. GPipe on 2
+// ranks with a core each, F = 1, B = 1, messages 0.5. Rank 1 sees activation
+// 0 sent at 1 and copies it [1, 1.5]; activation 1, sent at 2, is there when
+// rank 1 ends F0 at 2.5, and still takes its copy [2.5, 3]. Over the wire
+// without copies (cores <= 0) it arrived at 2.5 and F1 ran [2.5, 3.5].
+TEST(ScheduleSimulation, TheReceiverCopiesItsMessages) {
+  const std::vector<StageTimes> times(2, {1, 1, 0, 0});
+  const auto computes = [](const StepSimulation& sim, int rank) {
+    std::vector<std::string> got;
+    for (const auto& x : sim.ranks[rank]) {
+      if (x.action.kind == ActionKind::Forward) got.push_back(toString(x.action) + " " + std::to_string(x.start) + "-" + std::to_string(x.end));
+    }
+    return got;
+  };
+  const auto shared = simulateStepOnCores(makeGPipe(2, 2), times, 0.5, {}, 2);
+  EXPECT_EQ(computes(shared, 1), (std::vector<std::string>{"F0 1.500000-2.500000", "F1 3.000000-4.000000"}));
+  const auto wire = simulateStepOnCores(makeGPipe(2, 2), times, 0.5, {}, 0);
+  EXPECT_EQ(computes(wire, 1), (std::vector<std::string>{"F0 1.500000-2.500000", "F1 2.500000-3.500000"}));
+}
+
+// Note [ranks sharing cores]: waits as Work::wait waits. GPipe on 2 ranks and
+// one micro-batch sharing one core, F = 1.5, B = 1, free messages; a wait
+// polls 0.5, then sleeps 0.25, 0.5, then 1 between polls.
+//   rank 1 polls [0, 0.5] beside rank 0's F0, which runs at half speed, then
+//   alone: F0 ends at 1.75. Rank 1 polls at 0.75, 1.25 and 2.25 and sees the
+//   activation at 2.25: F0 [2.25, 3.75], B0 [3.75, 4.75].
+//   rank 0 polls from 1.75 (alone) and then at 2.5, 3 and 5: B0 [5, 6].
+// Waits that see a message at once: 5, the 5 units back to back.
+TEST(ScheduleSimulation, WaitsPollThenSleep) {
+  const std::vector<StageTimes> times(2, {1.5, 1, 0, 0});
+  const WaitPolicy waits{0.5, 0.25, 1};
+  const auto sim = simulateStepOnCores(makeGPipe(2, 1), times, 0, {}, 1, waits);
+  EXPECT_NEAR(sim.stepTime, 6, 1e-12);
+  std::vector<std::string> got;
+  for (int r : {0, 1}) {
+    for (const auto& x : sim.ranks[r]) {
+      if (isCompute(x.action)) got.push_back(toString(x.action) + " " + std::to_string(x.start) + "-" + std::to_string(x.end));
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"F0 0.000000-1.750000", "B0 5.000000-6.000000", "F0 2.250000-3.750000",
+                                           "B0 3.750000-4.750000"}));
+  EXPECT_NEAR(simulateStepOnCores(makeGPipe(2, 1), times, 0, {}, 1).stepTime, 5, 1e-12);
 }
 
 // Activation memory in a rank's micro-batches: 1F1B holds p - r on rank r,
