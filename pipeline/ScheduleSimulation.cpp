@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
-#include <tuple>
 
 #include "core/Error.h"
 
@@ -34,15 +32,29 @@ struct RankState {
 
 struct Sent {
   double time = 0;
-  Ref from{-1, -1};  // the sender's last compute action before the send
+  Ref from{-2, -2};  // the sender's last compute action before the send ({-1, -1}: none; -2: not sent)
 };
 
-// The message a receive waits for: (from stage, send kind, micro-batch).
-std::tuple<int, int, int> messageOf(const Action& a) {
-  const bool act = a.kind == ActionKind::RecvActivation;
-  return {act ? a.stage - 1 : a.stage + 1, static_cast<int>(act ? ActionKind::SendActivation : ActionKind::SendGrad),
-          a.microBatch};
-}
+// The sends so far, by (from stage, kind, micro-batch), in a flat table.
+class SentBoard {
+ public:
+  explicit SentBoard(const Schedule& s) : microBatches_(s.microBatches), sent_(2 * s.stages * s.microBatches) {}
+  void send(const Action& a, Sent m) { sent_.at(slot(a.stage, a.kind == ActionKind::SendActivation, a.microBatch)) = m; }
+  // The message receive `a` waits for; nullptr: not sent yet.
+  const Sent* find(const Action& a) const {
+    const bool act = a.kind == ActionKind::RecvActivation;
+    const auto& m = sent_.at(slot(act ? a.stage - 1 : a.stage + 1, act, a.microBatch));
+    return m.from.first == kUnsent ? nullptr : &m;
+  }
+
+ private:
+  static constexpr int kUnsent = -2;
+  size_t slot(int stage, bool activation, int microBatch) const {
+    return (static_cast<size_t>(stage) * 2 + (activation ? 1 : 0)) * microBatches_ + microBatch;
+  }
+  int microBatches_;
+  std::vector<Sent> sent_;
+};
 
 // What a send carries for the critical path: the sender's last compute action
 // (a send right after a wait carries what it waited for).
@@ -83,7 +95,7 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
   const int ranks = static_cast<int>(s.actions.size());
   std::vector<RankState> st(ranks);
   StepSimulation out = emptySimulation(s, times, refill);
-  std::map<std::tuple<int, int, int>, Sent> sent;  // (from stage, kind, mb)
+  SentBoard sent(s);
   auto record = [&](int r, const Action& a, double start, double end, Ref after) {
     out.ranks[r].push_back({a, start, end, after});
     st[r].last = {r, static_cast<int>(out.ranks[r].size()) - 1};
@@ -95,15 +107,15 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
       for (; rs.pc < s.actions[r].size(); ++rs.pc) {
         const Action& a = s.actions[r][rs.pc];
         if (isReceive(a.kind)) {
-          auto it = sent.find(messageOf(a));
-          if (it == sent.end()) break;
-          const double arrival = it->second.time + comm;
+          const Sent* m = sent.find(a);
+          if (!m) break;
+          const double arrival = m->time + comm;
           if (arrival > rs.clock) {
-            record(r, a, rs.clock, arrival, it->second.from);
+            record(r, a, rs.clock, arrival, m->from);
             rs.clock = arrival;
           }
         } else if (isSend(a.kind)) {
-          sent[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {rs.clock, sentFrom(out, rs.last)};
+          sent.send(a, {rs.clock, sentFrom(out, rs.last)});
         } else {
           const double t = computeTime(a, times.at(a.stage));
           const double extra = refillExtra(refill, a.stage, t, rs.clock - rs.busyUntil);
@@ -150,7 +162,7 @@ class SharedCores {
               double cores, const WaitPolicy& waits)
       : s_(s), times_(times), comm_(comm), refill_(refill), cores_(cores),
         waits_(waits), st_(s.actions.size()),
-        out_(emptySimulation(s, times, refill)) {}
+        out_(emptySimulation(s, times, refill)), sent_(s) {}
 
   StepSimulation run() {
     for (;;) {
@@ -206,24 +218,24 @@ class SharedCores {
     for (; !rs.busy() && rs.pc < s_.actions[r].size(); ++rs.pc, moved = true) {
       const Action& a = s_.actions[r][rs.pc];
       if (isReceive(a.kind)) {
-        const auto it = sent_.find(messageOf(a));
-        const bool there = it != sent_.end() && arrival(it->second) <= now_;
-        if (!there || (rs.waitingSince >= 0 && seen(rs.waitingSince, arrival(it->second)) > now_ + 1e-15)) {
+        const Sent* m = sent_.find(a);
+        const bool there = m && arrival(*m) <= now_;
+        if (!there || (rs.waitingSince >= 0 && seen(rs.waitingSince, arrival(*m)) > now_ + 1e-15)) {
           if (rs.waitingSince < 0) rs.waitingSince = now_;
           break;
         }
-        const double at = arrival(it->second);
+        const double at = arrival(*m);
         if (comm_ > 0) {
           rs.copying = true;
           rs.left = comm_;
           rs.start = rs.waitingSince >= 0 ? rs.waitingSince : now_;
-          rs.copyAfter = it->second.from;
+          rs.copyAfter = m->from;
         } else if (rs.waitingSince >= 0 && at > rs.waitingSince) {
-          record(r, a, rs.waitingSince, now_, it->second.from);
+          record(r, a, rs.waitingSince, now_, m->from);
         }
         rs.waitingSince = -1;
       } else if (isSend(a.kind)) {
-        sent_[{a.stage, static_cast<int>(a.kind), a.microBatch}] = {now_, sentFrom(out_, rs.last)};
+        sent_.send(a, {now_, sentFrom(out_, rs.last)});
       } else {
         const double t = computeTime(a, times_.at(a.stage));
         const double extra = refillExtra(refill_, a.stage, t, now_ - rs.busyUntil);
@@ -251,9 +263,8 @@ class SharedCores {
         next = std::min(next, now_ + rs.left / speed);
       } else if (rs.pc < s_.actions[r].size()) {
         if (spinning(rs)) next = std::min(next, rs.waitingSince + waits_.pollSeconds);
-        const auto it = sent_.find(messageOf(s_.actions[r][rs.pc]));
-        if (it != sent_.end()) {
-          const double at = arrival(it->second);
+        if (const Sent* m = sent_.find(s_.actions[r][rs.pc])) {
+          const double at = arrival(*m);
           next = std::min(next, rs.waitingSince >= 0 ? std::max(now_, seen(rs.waitingSince, at)) : std::max(now_, at));
         }
       }
@@ -292,7 +303,7 @@ class SharedCores {
   const WaitPolicy waits_;
   std::vector<SharedRank> st_;
   StepSimulation out_;
-  std::map<std::tuple<int, int, int>, Sent> sent_;  // (from stage, kind, mb)
+  SentBoard sent_;
   double now_ = 0;
 };
 
