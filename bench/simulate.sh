@@ -5,10 +5,13 @@
 #    rank), each run's wall time: the whole command, building the schedule
 #    (fitted and unit-cost where the kind fits) and simulating it.
 # 2. Reality: the quickstart GPT (micro-batch 4, 6 micro-batches, 1 thread per
-#    rank, dropout 0.1) on 2 and 3 ranks under each schedule. Each round
-#    profiles the shape once, then for each schedule: `sluice simulate` from
-#    that profile (its predicted step), `sluice partition` (the same plan) and
-#    a training run on that plan (the measured step: median of steps 4..STEPS).
+#    rank, dropout 0.1) on 2 and 3 ranks under each schedule. Each round, for
+#    each schedule: `sluice profile` of the shape, `sluice simulate` from that
+#    profile (its predicted step), `sluice partition` (the same plan) and a
+#    training run on that plan (the measured step: median of steps 4..STEPS).
+#    The profile is taken right before the run it predicts, so that as little
+#    of the host's drift (its speed moves by 10-30% over minutes) as can be
+#    falls between them; even rounds go through the schedules in reverse.
 #    Each simulation runs twice: with a device per rank, and with the ranks
 #    sharing this machine's cores (--cores, Note [ranks sharing cores]), which
 #    is what 3 ranks on 2 cores do. Prints per configuration the medians over
@@ -46,10 +49,15 @@ echo
 echo "bench/simulate 2: the quickstart GPT, micro-batch 4 x $m, 1 thread per rank, $rounds rounds of $steps steps"
 "$sluice" --version | sed -n 1,2p | sed 's/^/  /'
 for r in $(seq "$rounds"); do
+  order=("${schedules[@]}")
+  if ((r % 2 == 0)); then
+    order=()
+    for ((i = ${#schedules[@]} - 1; i >= 0; --i)); do order+=("${schedules[i]}"); done
+  fi
   for p in "${rank_counts[@]}"; do
     prof="$tmp/profile_$p.pb"
-    "$sluice" profile $(shape "$p" 1f1b) -o "$prof" >"$prof.log" 2>&1 || { cat "$prof.log" >&2; exit 1; }
-    for s in "${schedules[@]}"; do
+    for s in "${order[@]}"; do
+      "$sluice" profile $(shape "$p" 1f1b) -o "$prof" >"$prof.log" 2>&1 || { cat "$prof.log" >&2; exit 1; }
       key="$p $s"
       "$sluice" simulate $(shape "$p" "$s") --profile "$prof" >"$tmp/sim.log" 2>&1 || { cat "$tmp/sim.log" >&2; exit 1; }
       simulated=$(awk -v s="$s" '$1 == s { print ($2 == "x2" ? $3 : $2) / 1000; exit }' "$tmp/sim.log")

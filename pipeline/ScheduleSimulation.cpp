@@ -229,7 +229,7 @@ class SharedCores {
           rs.copying = true;
           rs.left = comm_;
           rs.start = rs.waitingSince >= 0 ? rs.waitingSince : now_;
-          rs.copyAfter = m->from;
+          rs.copyAfter = rs.waitingSince >= 0 && at > rs.waitingSince ? m->from : rs.last;  // what held it up
         } else if (rs.waitingSince >= 0 && at > rs.waitingSince) {
           record(r, a, rs.waitingSince, now_, m->from);
         }

@@ -39,10 +39,11 @@ struct RefillCosts {
 };
 
 // One simulated interval on a rank: a compute action (F, B, Bi, W) or a
-// receive that waited (start: when the rank reached it; end: the message's
-// arrival). `after` is what the interval could not start before: the rank's
-// previous interval, or, for a receive, the compute action whose send it
-// waited for ({-1, -1}: nothing, the step's start).
+// receive that waited or copied its message in (start: when the rank
+// reached it; end: when the message was in). `after` is what the interval
+// could not start before: the rank's previous interval, or, for a receive
+// that waited, the compute action whose send it waited for ({-1, -1}:
+// nothing, the step's start).
 struct SimulatedAction {
   Action action;
   double start = 0, end = 0;
