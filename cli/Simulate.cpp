@@ -9,6 +9,7 @@
 
 #include "core/Error.h"
 #include "core/Files.h"
+#include "core/SystemInfo.h"
 #include "config/Config.h"
 #include "train/ModelFromConfig.h"
 #include "train/Planning.h"
@@ -56,7 +57,7 @@ std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
     in.costs.comm = s.transferMs / 1e3;
     in.costs.times = given == 1 ? std::vector<pipeline::StageTimes>(stages, times[0]) : times;
     in.cores = s.cores;  // one thread per rank
-    in.waits = waitPolicy(s.cores > 0 && ranks > s.cores);
+    in.waits = waitPolicy(s.cores > 0 && oversubscribed(ranks, s.cores));
     out.push_back(simulateSchedule(in));
   }
   return out;
@@ -172,7 +173,7 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
       std::cerr << " " << secondsSince(t0) << " s" << std::endl;
       auto in = inputOfPlan(plan, config, collective);
       in.cores = rankCores(config, s.cores);
-      in.waits = waitPolicy(s.cores > 0 && config.worldSize() > s.cores);  // as hostOversubscribed()
+      in.waits = waitPolicy(s.cores > 0 && oversubscribed(config.worldSize(), s.cores));
       out.push_back(simulateSchedule(in));
     } catch (const PlanError& e) {
       std::cerr << " does not fit" << std::endl;

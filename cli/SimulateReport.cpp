@@ -133,9 +133,7 @@ std::string simulationDetail(const SimulatedSchedule& s) {
      << s.schedule.placement().describe() << "), messages " << ms(in.costs.comm) << " ms";
   if (in.cores > 0 && in.cores < in.ranks) {
     os << ", the ranks sharing " << in.cores << " cores (Note [ranks sharing cores]: each receiver copies its messages"
-       << (in.waits.firstNapSeconds > 0 && in.waits.pollSeconds < 0.01
-               ? "; a wait polls " + ms(in.waits.pollSeconds) + " ms, then sleeps"
-               : "")
+       << (in.waits.firstNapSeconds > 0 ? "; a wait polls " + ms(in.waits.pollSeconds) + " ms, then sleeps" : "")
        << ")";
   }
   if (in.optimizerSeconds > 0) os << ", DistAdam's collectives " << ms(in.optimizerSeconds) << " ms after the pipeline";

@@ -60,7 +60,9 @@ int hardwareCores() {
 
 bool hostOversubscribed() {
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return local && std::atoi(local) > hardwareCores();
+  return local && oversubscribed(std::atoi(local), hardwareCores());
 }
+
+bool oversubscribed(int ranksOnHost, int cores) { return ranksOnHost > cores; }
 
 }  // namespace sluice

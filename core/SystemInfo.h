@@ -16,5 +16,8 @@ int hardwareCores();
 // OMPI_COMM_WORLD_LOCAL_SIZE) than it has cores: then a rank that spins takes
 // a core from one that computes (tests oversubscribe; real jobs should not).
 bool hostOversubscribed();
+// The same test for ranksOnHost ranks on a host of `cores` cores (`sluice
+// simulate --cores`).
+bool oversubscribed(int ranksOnHost, int cores);
 
 }  // namespace sluice

@@ -170,9 +170,10 @@ class SharedCores {
         moved = false;
         for (size_t r = 0; r < st_.size(); ++r) moved = advance(static_cast<int>(r)) || moved;
       }
-      const double next = nextEvent();
+      const double speed = rate();  // constant until the next event
+      const double next = nextEvent(speed);
       if (next == kNever) break;
-      finishUpTo(next);
+      finishUpTo(next, speed);
       now_ = next;
     }
     for (size_t r = 0; r < st_.size(); ++r) {
@@ -190,9 +191,6 @@ class SharedCores {
     out_.ranks[r].push_back({a, start, end, after});
     st_[r].last = {r, static_cast<int>(out_.ranks[r].size()) - 1};
   }
-
-  // When a message is there for its receiver to copy: at once (the copy is the receiver's work).
-  static double arrival(const Sent& m) { return m.time; }
 
   // When a rank that began waiting at `since` sees a message there at `at`:
   // at once while it polls, else at its first poll after a nap.
@@ -219,12 +217,13 @@ class SharedCores {
       const Action& a = s_.actions[r][rs.pc];
       if (isReceive(a.kind)) {
         const Sent* m = sent_.find(a);
-        const bool there = m && arrival(*m) <= now_;
-        if (!there || (rs.waitingSince >= 0 && seen(rs.waitingSince, arrival(*m)) > now_ + 1e-15)) {
+        // The message is there for its receiver to copy as soon as it is sent.
+        const bool there = m && m->time <= now_;
+        if (!there || (rs.waitingSince >= 0 && seen(rs.waitingSince, m->time) > now_ + 1e-15)) {
           if (rs.waitingSince < 0) rs.waitingSince = now_;
           break;
         }
-        const double at = arrival(*m);
+        const double at = m->time;
         if (comm_ > 0) {
           rs.copying = true;
           rs.left = comm_;
@@ -253,10 +252,10 @@ class SharedCores {
     return n == 0 ? 0.0 : std::min(1.0, cores_ / static_cast<double>(n));
   }
 
-  // The next compute action to end or message to arrive on a blocked rank.
-  double nextEvent() const {
+  // The next event: a compute action or a copy ends, a poll gives way to
+  // sleep, or a blocked rank sees its message.
+  double nextEvent(double speed) const {
     double next = kNever;
-    const double speed = rate();
     for (size_t r = 0; r < st_.size(); ++r) {
       const auto& rs = st_[r];
       if (rs.busy()) {
@@ -264,8 +263,7 @@ class SharedCores {
       } else if (rs.pc < s_.actions[r].size()) {
         if (spinning(rs)) next = std::min(next, rs.waitingSince + waits_.pollSeconds);
         if (const Sent* m = sent_.find(s_.actions[r][rs.pc])) {
-          const double at = arrival(*m);
-          next = std::min(next, rs.waitingSince >= 0 ? std::max(now_, seen(rs.waitingSince, at)) : std::max(now_, at));
+          next = std::min(next, std::max(now_, rs.waitingSince >= 0 ? seen(rs.waitingSince, m->time) : m->time));
         }
       }
     }
@@ -273,8 +271,7 @@ class SharedCores {
   }
 
   // Every computing rank progresses to `next`; those whose action ends there finish it.
-  void finishUpTo(double next) {
-    const double speed = rate();
+  void finishUpTo(double next, double speed) {
     const double slack = 1e-12 * std::max(1.0, next);
     for (size_t r = 0; r < st_.size(); ++r) {
       auto& rs = st_[r];
