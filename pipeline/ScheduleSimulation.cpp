@@ -136,10 +136,22 @@ StepSimulation simulateStepWithRefill(const Schedule& s, const std::vector<Stage
   return out;
 }
 
+double sharedRate(int busy, double cores) {
+  if (busy <= cores) return 1.0;
+  const double even = cores / busy;
+  if (cores < 1 || cores != std::floor(cores)) return even;
+  // c cores: h of them run L + 1 ranks, the other c - h run L; a rank is on
+  // any of the n places alike and takes (ranks on its core) times its time.
+  const int c = static_cast<int>(cores), low = busy / c, h = busy - c * low;
+  const double meanSlowdown =
+      (static_cast<double>(h) * (low + 1) * (low + 1) + static_cast<double>(c - h) * low * low) / busy;
+  return 1.0 / meanSlowdown;
+}
+
 // Note [ranks sharing cores] (ScheduleSimulation.h): the ranks in time
 // order. Between events (a compute action or a copy ends, a rank sees a
 // message, a poll gives way to sleep) the n ranks computing, copying or
-// polling each progress at min(1, cores / n); a rank that is not busy runs
+// polling each progress at sharedRate(n, cores); a rank that is not busy runs
 // its sends and the receives it has seen at once, up to its next compute
 // action or copy.
 namespace {
@@ -249,7 +261,7 @@ class SharedCores {
 
   double rate() const {
     const auto n = std::count_if(st_.begin(), st_.end(), [&](const SharedRank& rs) { return rs.busy() || spinning(rs); });
-    return n == 0 ? 0.0 : std::min(1.0, cores_ / static_cast<double>(n));
+    return n == 0 ? 0.0 : sharedRate(static_cast<int>(n), cores_);
   }
 
   // The next event: a compute action or a copy ends, a poll gives way to

@@ -66,8 +66,8 @@ StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vecto
 // Note [ranks sharing cores]: the same step when the ranks share `cores`
 // cores of one host (CPU ranks, `cores` in ranks' worth: cores / threads per
 // rank). It plays out what such ranks do, in time order:
-// - While n ranks are busy, each runs at min(1, cores / n) of its speed
-//   (processor sharing). Busy is computing, copying a message in, or polling.
+// - While n ranks are busy, each runs at sharedRate(n, cores) of its speed.
+//   Busy is computing, copying a message in, or polling.
 // - A message is the receiver's work: shared memory between processes is
 //   read by the receiver (Open MPI's single copy), so a receive copies for
 //   `comm` seconds of its rank's share once it sees the sender's send.
@@ -80,6 +80,18 @@ StepSimulation simulateStepWithRefill(const Schedule& schedule, const std::vecto
 // both give the same step.
 StepSimulation simulateStepOnCores(const Schedule& schedule, const std::vector<StageTimes>& times, double comm,
                                    const RefillCosts& refill, double cores, const WaitPolicy& waits = {});
+
+// Note [ranks sharing cores]: how fast each of `busy` ranks runs when they
+// share `cores` cores. The scheduler spreads them as evenly as it can (3 on
+// 2 cores: one core runs 2 of them, the other 1), and over one action (ms to
+// tens of ms) a rank mostly stays where it was put; it is equally likely to
+// be on any of the places. So an action takes its expected time over the
+// places, the mean of 1 / rate, not the time at the mean rate: 3 ranks on 2
+// cores each run at 3/5 of their speed (5/3 of the time), not at 2/3. Where
+// the cores divide the ranks evenly (4 on 2), or cores is not a whole number
+// (threads per rank over a core), it is the even share, cores / busy; never
+// more than 1.
+double sharedRate(int busy, double cores);
 
 // The zero-bubble papers' bubble rate, (cost - busy) / cost, with cost the
 // step time and busy the most loaded rank's compute time (for equal stages

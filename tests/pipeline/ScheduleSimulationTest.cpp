@@ -153,6 +153,40 @@ TEST(ScheduleSimulation, WithACoreForEveryRankSharingChangesNothing) {
   }
 }
 
+// Note [ranks sharing cores]: a rank takes its expected time over where the
+// scheduler puts it. 3 ranks on 2 cores: 2 share a core and 1 has one, so a
+// rank is slowed 2x with odds 2/3 and not at all with odds 1/3: 5/3 of its
+// time, a rate of 3/5. Evenly divided (4 on 2) or fractional cores: the
+// even share. Played out on three ranks with no messages between them, F =
+// B = 0.6, except rank 2's 0.3: all three run at 0.6, so rank 2 ends F at
+// 0.5 and B at 1.0, when ranks 0 and 1 end F (0.6 of work at 0.6); then
+// two ranks on two cores run at full speed, B [1.0, 1.6].
+TEST(ScheduleSimulation, ARankTakesItsExpectedTimeOverWhereItIsPlaced) {
+  EXPECT_DOUBLE_EQ(sharedRate(1, 2), 1);
+  EXPECT_DOUBLE_EQ(sharedRate(2, 2), 1);
+  EXPECT_DOUBLE_EQ(sharedRate(3, 2), 0.6);
+  EXPECT_DOUBLE_EQ(sharedRate(4, 2), 0.5);
+  EXPECT_DOUBLE_EQ(sharedRate(5, 2), 1 / 2.6);  // (1 core x 3 ranks x 3 + 1 x 2 x 2) / 5
+  EXPECT_DOUBLE_EQ(sharedRate(5, 3), 1 / 1.8);
+  EXPECT_DOUBLE_EQ(sharedRate(3, 1), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(sharedRate(3, 1.5), 0.5);
+  Schedule s;
+  s.stages = 3;
+  for (int k = 0; k < 3; ++k) {
+    s.actions.push_back({{ActionKind::Forward, 0, k}, {ActionKind::Backward, 0, k}});
+  }
+  std::vector<StageTimes> times(3, {0.6, 0.6, 0, 0});
+  EXPECT_NEAR(simulateStepOnCores(s, times, 0, {}, 2).stepTime, 2, 1e-12);
+  times[2] = {0.3, 0.3, 0, 0};
+  const auto sim = simulateStepOnCores(s, times, 0, {}, 2);
+  EXPECT_NEAR(sim.stepTime, 1.6, 1e-12);
+  ASSERT_EQ(sim.ranks[2].size(), 2u);
+  EXPECT_NEAR(sim.ranks[2][0].end, 0.5, 1e-12);
+  EXPECT_NEAR(sim.ranks[2][1].end, 1.0, 1e-12);
+  EXPECT_NEAR(sim.ranks[0][0].end, 1.0, 1e-12);
+  EXPECT_NEAR(sim.ranks[0][1].end, 1.6, 1e-12);
+}
+
 // Note [ranks sharing cores]: a message is its receiver's work. GPipe on 2
 // ranks with a core each, F = 1, B = 1, messages 0.5. Rank 1 sees activation
 // 0 sent at 1 and copies it [1, 1.5]; activation 1, sent at 2, is there when
