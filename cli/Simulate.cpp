@@ -31,6 +31,10 @@ std::string namesOf() {
   return out;
 }
 
+// How the simulated ranks wait (core/WaitPolicy.h): as Work::wait does on a
+// host where `ranks` ranks share `cores` cores (cores <= 0: a device each).
+WaitPolicy simulatedWaits(int ranks, int cores) { return waitPolicy(cores > 0 && oversubscribed(ranks, cores)); }
+
 // --stage-times: every named schedule, or each that applies, on the given times.
 std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
   const auto times = parseStageTimes(s.stageTimes);
@@ -57,7 +61,7 @@ std::vector<SimulatedSchedule> simulateStageTimes(const SimulateArgs& s) {
     in.costs.comm = s.transferMs / 1e3;
     in.costs.times = given == 1 ? std::vector<pipeline::StageTimes>(stages, times[0]) : times;
     in.cores = s.cores;  // one thread per rank
-    in.waits = waitPolicy(s.cores > 0 && oversubscribed(ranks, s.cores));
+    in.waits = simulatedWaits(ranks, s.cores);
     out.push_back(simulateSchedule(in));
   }
   return out;
@@ -173,7 +177,7 @@ std::vector<SimulatedSchedule> simulateProfile(const CommandLine& a) {
       std::cerr << " " << secondsSince(t0) << " s" << std::endl;
       auto in = inputOfPlan(plan, config, collective);
       in.cores = rankCores(config, s.cores);
-      in.waits = waitPolicy(s.cores > 0 && oversubscribed(config.worldSize(), s.cores));
+      in.waits = simulatedWaits(config.worldSize(), s.cores);
       out.push_back(simulateSchedule(in));
     } catch (const PlanError& e) {
       std::cerr << " does not fit" << std::endl;
